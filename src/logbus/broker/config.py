@@ -1,0 +1,120 @@
+"""The broker's settings: defaults, then a TOML file, then LOGBUS_* environment variables, then flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from logbus.storage.config import LogConfig
+
+# name -> help text; the README's settings table is generated from the same words.
+BROKER_SETTINGS_DOC = {
+    "broker_id": "Id of this broker in the cluster (Kafka's broker.id).",
+    "listen": "host:port the broker listens on for Kafka clients.",
+    "advertised": "host:port given to clients in Metadata; defaults to `listen`.",
+    "data_dir": "Directory holding the partition logs, checkpoints and topic metadata (Kafka's log.dirs).",
+    "rack": "Rack or region of this broker (Kafka's broker.rack); used by rack-aware placement.",
+    "auto_create_topics": "Create a topic when a client asks for one that does not exist (auto.create.topics.enable).",
+    "num_partitions": "Partitions of an auto-created topic, and of a CreateTopics request asking for -1.",
+    "default_replication_factor": "Replication factor of an auto-created topic, and of a request asking for -1.",
+    "socket_request_max_bytes": "Largest request frame accepted; a larger frame closes the connection.",
+    "retention_check_interval_ms": "How often retention deletes old segments (log.retention.check.interval.ms).",
+    "checkpoint_interval_ms": "How often recovery points are written to disk (log.flush.offset.checkpoint.interval.ms).",
+    "topic_defaults": "Table of topic configs (Kafka names, e.g. \"retention.ms\") used by topics without an override.",
+}
+
+
+@dataclass
+class BrokerConfig:
+    broker_id: int = 0
+    listen: str = "127.0.0.1:9092"
+    advertised: str | None = None
+    data_dir: Path = Path("./logbus-data")
+    rack: str | None = None
+    auto_create_topics: bool = False
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    socket_request_max_bytes: int = 104_857_600
+    retention_check_interval_ms: int = 300_000
+    checkpoint_interval_ms: int = 60_000
+    topic_defaults: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def listen_host(self) -> str:
+        return _split_address(self.listen)[0]
+
+    @property
+    def listen_port(self) -> int:
+        return _split_address(self.listen)[1]
+
+    @property
+    def advertised_host_port(self) -> tuple[str, int]:
+        return _split_address(self.advertised or self.listen)
+
+    @classmethod
+    def load(cls, toml_path: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> "BrokerConfig":
+        """Defaults < TOML file < LOGBUS_* environment < explicit overrides (flags); None overrides are ignored."""
+        values: dict[str, Any] = {}
+        if toml_path is not None:
+            with open(toml_path, "rb") as f:
+                values.update(tomllib.load(f))
+        env = os.environ if env is None else env
+        for f in fields(cls):
+            key = "LOGBUS_" + f.name.upper()
+            if key in env and f.name != "topic_defaults":
+                values[f.name] = env[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown broker setting(s): {', '.join(sorted(unknown))}")
+        config = cls()
+        for f in fields(cls):
+            if f.name in values:
+                setattr(config, f.name, _coerce(f.name, getattr(config, f.name), values[f.name]))
+        return config
+
+    def with_changes(self, **changes: Any) -> "BrokerConfig":
+        return replace(self, **changes)
+
+
+def _coerce(name: str, current: Any, value: Any) -> Any:
+    if name == "topic_defaults":
+        if isinstance(value, LogConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError("topic_defaults must be a table of topic configs")
+        return LogConfig.from_overrides(LogConfig(), {k: _toml_text(v) for k, v in value.items()})
+    if name == "data_dir":
+        return Path(value)
+    if name in ("listen", "advertised"):
+        _split_address(str(value))
+        return str(value)
+    if name == "rack":
+        return None if value in (None, "") else str(value)
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{name} must be true or false, not {value!r}")
+        return text in ("true", "1", "yes")
+    if isinstance(current, int):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+    return value
+
+
+def _toml_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"address must be host:port, not {address!r}")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,31 @@
+"""DeleteTopics (20): by name, or by topic id from v6."""
+
+import uuid
+
+from logbus.protocol.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 20, 1, 6
+
+_ZERO = uuid.UUID(int=0)
+
+
+async def handle(ctx, request) -> dict:
+    broker = ctx.broker
+    names = getattr(request, "topic_names", None)  # v1-v5 name topics; v6 names or ids them
+    wanted = [(n, None) for n in names] if names is not None else [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in wanted:
+        if name is None and topic_id not in (None, _ZERO):
+            topic = broker.topics.by_id(str(topic_id))
+            if topic is None:
+                results.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id, "error_message": f"Topic id {topic_id} not found"})
+                continue
+        else:
+            topic = broker.topics.get(name)
+            if topic is None:
+                results.append({"name": name, "topic_id": _ZERO, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": "This server does not host this topic-partition."})
+                continue
+        broker.topics.delete(topic.name)
+        broker.replicas.delete_topic(topic.name)
+        results.append({"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.none, "error_message": None})
+    return {"throttle_time": 0, "responses": results}
