@@ -105,6 +105,7 @@ class LogSegment:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         if truncate_files:
             flags |= os.O_TRUNC
+        self._indexes_existed = self.index_path.exists() and self.timeindex_path.exists()
         self._log_fd = os.open(self.log_path, flags, 0o644)
         self._index_fd = os.open(self.index_path, flags, 0o644)
         self._timeindex_fd = os.open(self.timeindex_path, flags, 0o644)
@@ -172,6 +173,8 @@ class LogSegment:
         Returns False (state reset) when something does not add up; then call `recover()`.
         """
         try:
+            if not self._indexes_existed:
+                raise CorruptSegmentError(f"{self.index_path} or its time index is missing")
             self._load_indexes()
             self._load_tail()
         except (CorruptSegmentError, struct.error):
