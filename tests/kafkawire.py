@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
-from datetime import datetime, timezone
-
-from kio.records.schema import NewRecordBatch, Record, RecordHeader
-from kio.records.writers import write_new_batch
 
 from logbus.protocol.codec import decode_response, encode_request
+from logbus.protocol.records import encode_batch
 
 
 def make_batch(values: list[bytes], key: bytes | None = None, timestamp_ms: int = 1_700_000_000_000) -> bytes:
-    ts = datetime.fromtimestamp(timestamp_ms / 1000, timezone.utc)
-    records = tuple(Record(attributes=0, timestamp=ts, offset=i, key=key, value=v, headers=(RecordHeader(key="h", value=b"1"),)) for i, v in enumerate(values))
-    buf = io.BytesIO()
-    write_new_batch(buf, NewRecordBatch(producer_id=-1, producer_epoch=-1, base_sequence=-1, records=records, attributes=0))
-    return buf.getvalue()
+    return encode_batch(values, keys=[key] * len(values), timestamps=[timestamp_ms] * len(values))
 
 
 class WireConnection:
