@@ -3,7 +3,7 @@
 #   - kcat (and python3-venv) from the OS packages, only if missing; uses sudo when not root
 #   - a virtual environment in .venv (only if it is missing)
 #   - logbus in editable mode with its test extras: pytest, pytest-timeout, kafka-python, lz4, zstandard, python-snappy
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -x`.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -x` or `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,8 +27,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet -e '.[test]'
 
+# Run everything under tests/, unless the arguments name test files or directories themselves.
+targets=(tests)
+for arg in "$@"; do
+    if [ -e "${arg%%::*}" ]; then targets=(); break; fi
+done
+
 status=0
-.venv/bin/python -m pytest -ra -p no:cacheprovider tests "$@" || status=$?
+.venv/bin/python -m pytest -ra -p no:cacheprovider "${targets[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "no tests ran: pytest collected no tests, which is a failure" >&2
 fi
