@@ -15,6 +15,8 @@ from logbus.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
+FLUSH_SCHEDULER_INTERVAL_MS = 1000
+
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
@@ -39,6 +41,8 @@ class Broker:
         self._tasks = [
             asyncio.create_task(self._every(self.config.retention_check_interval_ms, self._retention)),
             asyncio.create_task(self._every(self.config.checkpoint_interval_ms, self.logs.checkpoint)),
+            # flush.ms must hold for partitions that stop receiving appends too (log.flush.scheduler.interval.ms)
+            asyncio.create_task(self._every(FLUSH_SCHEDULER_INTERVAL_MS, self.logs.flush_due)),
         ]
 
     async def stop(self) -> None:
