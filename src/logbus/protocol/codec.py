@@ -68,12 +68,11 @@ def decode_request(frame: bytes, api_key: int, version: int) -> tuple[Any, Any]:
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     try:
         header, header_size = _reader(header_cls)(frame, 0)
-        body, body_size = _reader(cls)(frame, header_size)
-        offset = header_size + body_size  # kio readers return the size they consumed
+        body, _ = _reader(cls)(frame, header_size)
     except Exception as e:  # kio raises several types for short or inconsistent input
         raise MalformedRequest(f"cannot decode {cls.__name__} v{version}: {e}") from None
-    if offset != len(frame):
-        raise MalformedRequest(f"{len(frame) - offset} trailing bytes after {cls.__name__} v{version}")
+    # Bytes after the body are ignored, as Apache Kafka does: librdkafka 2.x sends some
+    # Metadata v12 requests with three extra bytes.
     return header, body
 
 
