@@ -8,6 +8,7 @@ import signal
 import time
 
 from logbus.broker.config import BrokerConfig
+from logbus.broker.group.coordinator import GroupCoordinator
 from logbus.broker.replica_manager import ReplicaManager
 from logbus.broker.server import KafkaServer
 from logbus.broker.topics import TopicRegistry, load_or_create_cluster_id
@@ -26,6 +27,7 @@ class Broker:
         self.topics = TopicRegistry(config.data_dir, config.broker_id)
         self.logs = LogManager(config.data_dir, config.topic_defaults)
         self.replicas = ReplicaManager(self.topics, self.logs, config.topic_defaults)
+        self.groups = GroupCoordinator(self)
         self.server = KafkaServer(self)
         self._tasks: list[asyncio.Task] = []
 
@@ -37,6 +39,7 @@ class Broker:
         started = time.monotonic()
         self.replicas.open_all()
         log.info("loaded %d partitions of %d topics in %.2fs", len(self.replicas.partitions), len(self.topics.topics), time.monotonic() - started)
+        self.groups.start()
         await self.server.start()
         self._tasks = [
             asyncio.create_task(self._every(self.config.retention_check_interval_ms, self._retention)),
@@ -48,6 +51,7 @@ class Broker:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self.groups.stop()
         await self.server.stop()
         self.logs.close()
         log.info("broker %d stopped cleanly", self.config.broker_id)

@@ -23,6 +23,10 @@ BROKER_SETTINGS_DOC = {
     "socket_request_max_bytes": "Largest request frame accepted; a larger frame closes the connection.",
     "retention_check_interval_ms": "How often retention deletes old segments (log.retention.check.interval.ms).",
     "checkpoint_interval_ms": "How often recovery points are written to disk (log.flush.offset.checkpoint.interval.ms).",
+    "offsets_topic_num_partitions": "Partitions of the internal __consumer_offsets topic, created when groups are first used.",
+    "group_initial_rebalance_delay_ms": "How long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms).",
+    "group_min_session_timeout_ms": "Smallest session timeout a group member may ask for (group.min.session.timeout.ms).",
+    "group_max_session_timeout_ms": "Largest session timeout a group member may ask for (group.max.session.timeout.ms).",
     "topic_defaults": "Table of topic configs (Kafka names, e.g. \"retention.ms\") used by topics without an override.",
 }
 
@@ -40,6 +44,10 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104_857_600
     retention_check_interval_ms: int = 300_000
     checkpoint_interval_ms: int = 60_000
+    offsets_topic_num_partitions: int = 50
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
     topic_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
