@@ -171,12 +171,12 @@ class GroupCoordinator:
 
     async def _await_join(self, group: Group, member: Member) -> JoinResult:
         loop = asyncio.get_running_loop()
-        member.join_future = loop.create_future()
+        waiting = member.join_future = loop.create_future()
         member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
         if group.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"member {member.member_id} joined")
         self._maybe_complete_join(group)
-        return await member.join_future
+        return await waiting
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state == GroupState.COMPLETING_REBALANCE:
@@ -282,7 +282,7 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress, b""
         if group.state == GroupState.STABLE:
             return ErrorCode.none, member.assignment
-        member.sync_future = asyncio.get_running_loop().create_future()
+        waiting = member.sync_future = asyncio.get_running_loop().create_future()
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
@@ -298,7 +298,7 @@ class GroupCoordinator:
                         fut, m.sync_future = m.sync_future, None
                         if fut and not fut.done():
                             fut.set_result((ErrorCode.none, m.assignment))
-        return await member.sync_future
+        return await waiting
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
         group = self.groups.get(group_id)
