@@ -106,3 +106,18 @@ def test_bad_topic_requests(broker):
     fetched = conn.fetch("missing", 0, 0)
     assert fetched.error_code == ErrorCode.unknown_topic_or_partition
     conn.close()
+
+
+def test_internal_topic_is_protected(broker):
+    conn = WireConnection(broker.bootstrap)
+    found = conn.request(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})  # creates __consumer_offsets
+    assert found.coordinators[0].error_code == ErrorCode.none
+    produced = conn.produce("__consumer_offsets", 0, make_batch([b"forged"]))
+    assert produced.error_code == ErrorCode.invalid_topic_exception
+    deleted = conn.request(20, 6, {"topics": [{"name": "__consumer_offsets", "topic_id": None}], "timeout": 5000})
+    assert deleted.responses[0].error_code == ErrorCode.invalid_topic_exception
+    grown = conn.request(37, 3, {"topics": [{"name": "__consumer_offsets", "count": 60, "assignments": None}], "timeout": 5000, "validate_only": False})
+    assert grown.results[0].error_code == ErrorCode.invalid_partitions
+    meta = conn.request(3, 12, {"topics": [{"name": "__consumer_offsets"}]})
+    assert meta.topics[0].is_internal and len(meta.topics[0].partitions) == 50
+    conn.close()

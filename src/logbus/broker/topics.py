@@ -16,6 +16,8 @@ from pathlib import Path
 from logbus.protocol.errors import ErrorCode, KafkaProtocolError
 
 MAX_TOPIC_NAME = 249
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})  # written by the broker itself, never by clients
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 
 from kio.records.readers import read_batch
 
+from logbus.broker.topics import OFFSETS_TOPIC
 from logbus.protocol.records import encode_batch
 
 from .model import CommittedOffset, Group, GroupState, Member
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 READ_CHUNK = 1 << 20
 
 

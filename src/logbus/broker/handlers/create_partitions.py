@@ -1,5 +1,6 @@
 """CreatePartitions (37): grow a topic's partition count."""
 
+from logbus.broker.topics import INTERNAL_TOPICS
 from logbus.protocol.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 37, 0, 3
@@ -17,6 +18,9 @@ def _one(broker, t, validate_only: bool) -> dict:
     topic = broker.topics.get(t.name)
     if topic is None:
         return {"error_code": ErrorCode.unknown_topic_or_partition, "error_message": f"The topic '{t.name}' does not exist."}
+    if t.name in INTERNAL_TOPICS:
+        # groups are placed by hash modulo the partition count: growing it would lose their offsets
+        return {"error_code": ErrorCode.invalid_partitions, "error_message": f"The number of partitions of internal topic {t.name} cannot be changed."}
     current = len(topic.partitions)
     if t.count <= current:
         word = "the same as" if t.count == current else "higher than"

@@ -2,6 +2,7 @@
 
 import uuid
 
+from logbus.broker.topics import INTERNAL_TOPICS
 from logbus.protocol.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 20, 1, 6
@@ -25,6 +26,9 @@ async def handle(ctx, request) -> dict:
             if topic is None:
                 results.append({"name": name, "topic_id": _ZERO, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": "This server does not host this topic-partition."})
                 continue
+        if topic.name in INTERNAL_TOPICS:
+            results.append({"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.invalid_topic_exception, "error_message": f"Topic {topic.name} is internal and can't be deleted"})
+            continue
         broker.topics.delete(topic.name)
         broker.replicas.delete_topic(topic.name)
         results.append({"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.none, "error_message": None})

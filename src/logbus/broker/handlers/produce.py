@@ -2,6 +2,7 @@
 
 import logging
 
+from logbus.broker.topics import INTERNAL_TOPICS
 from logbus.protocol.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 9
@@ -16,6 +17,9 @@ async def handle(ctx, request) -> dict | None:
     for topic in request.topic_data:
         partitions = []
         for pd in topic.partition_data:
+            if topic.name in INTERNAL_TOPICS:
+                partitions.append({"index": pd.index, "error_code": ErrorCode.invalid_topic_exception, "error_message": f"Cannot append to internal topic {topic.name}"})
+                continue
             if acks not in (0, 1, -1):
                 partitions.append({"index": pd.index, "error_code": ErrorCode.invalid_required_acks, "error_message": f"acks={acks} is not 0, 1 or -1"})
                 continue
