@@ -14,6 +14,7 @@ from pathlib import Path
 
 from logbus.protocol.records import BatchHeader, assign_offsets
 from logbus.storage.config import LogConfig
+from logbus.storage.producer_state import ProducerStateManager
 from logbus.storage.segment import LOG_SUFFIX, LogSegment
 
 __all__ = ["AppendResult", "OffsetOutOfRangeError", "PartitionLog"]
@@ -45,6 +46,9 @@ class AppendResult:
     max_timestamp: int
     offset_of_max_timestamp: int
     log_append_time: int = -1
+    #: the batches were a producer's retry of batches already in the log: nothing was appended,
+    #: and the offsets are those the original got
+    duplicate: bool = False
 
 
 def _now_ms() -> int:
@@ -77,6 +81,8 @@ class PartitionLog:
         self.clock: Callable[[], int] = _now_ms
         self._unflushed_records = 0
         self._last_flush_ms = self.clock()
+        #: idempotent producers' epochs and last batches (see producer_state.py)
+        self.producer_state = ProducerStateManager(path)
 
     # -- opening and recovery -----------------------------------------------------------
 
@@ -143,7 +149,32 @@ class PartitionLog:
         else:
             plog._delete_segments_below_log_start()
         plog._recovery_point = min(max(recovery_point, plog._log_start_offset), plog.log_end_offset)
+        plog._load_producer_state()
         return plog
+
+    def _load_producer_state(self) -> None:
+        """Load the newest usable producer snapshot and replay batch headers from there to the
+        log end. A snapshot is written only for flushed data (at a roll, after the flush, and
+        at a clean close), so any snapshot at or below the recovered log end describes it."""
+        ps = self.producer_state
+        end = self.log_end_offset
+        first_base = self._segments[0].base_offset
+        ps.delete_snapshots(above=end)
+        start = ps.load_latest_snapshot(end, first_base)
+        if start is None:
+            start = first_base
+        replayed = 0
+        if start < end:
+            for seg in self._segments:
+                if seg.next_offset <= start:
+                    continue
+                batch = [h for h in seg.headers_from(start) if h.producer_id >= 0]
+                replayed += len(batch)
+                ps.update(batch)
+        ps.evict_below(self._log_start_offset)
+        ps.delete_snapshots(below=first_base)
+        if replayed:
+            log.info("%s: producer state rebuilt from offset %d (%d idempotent batches replayed)", self.path, start, replayed)
 
     @staticmethod
     def _segment_bases(path: Path) -> list[int]:
@@ -208,6 +239,15 @@ class PartitionLog:
         cfg = self._config
         now = self.clock()
         append_time = now if cfg.log_append_time else None
+        idempotent = False
+        for b in batches:
+            if b.producer_id >= 0:
+                idempotent = True
+                dup = self.producer_state.validate(batches, self._log_start_offset)
+                if dup is not None:
+                    first, last, max_ts = dup[2], dup[3], dup[4]
+                    return AppendResult(first, last, max_ts, first, max_ts if append_time is not None else -1, duplicate=True)
+                break
         base = self.log_end_offset
         out, last, max_ts, offset_of_max = assign_offsets(
             data, batches, base, log_append_time_ms=append_time
@@ -221,6 +261,8 @@ class PartitionLog:
         ):
             seg = self.roll()
         seg.append(out, batches)
+        if idempotent:
+            self.producer_state.update(batches)
         self._unflushed_records += sum(b.record_count for b in batches)
         if (
             self._unflushed_records >= cfg.flush_messages
@@ -240,6 +282,7 @@ class PartitionLog:
             if seg.next_offset > self._recovery_point:
                 seg.flush()
         self._recovery_point = max(self._recovery_point, new_base)
+        self.producer_state.write_snapshot(new_base)  # after the flush: it describes flushed data
         new = LogSegment.create(
             self.path,
             new_base,
@@ -369,7 +412,13 @@ class PartitionLog:
         if doomed:
             self._log_start_offset = max(self._log_start_offset, segs[0].base_offset)
             self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self._trim_producer_state()
         return doomed
+
+    def _trim_producer_state(self) -> None:
+        """After the log start moved: forget producers wholly below it, drop old snapshots."""
+        self.producer_state.evict_below(self._log_start_offset)
+        self.producer_state.delete_snapshots(below=self._segments[0].base_offset)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up (DeleteRecords); segments wholly below it go at the
@@ -379,12 +428,14 @@ class PartitionLog:
         if offset <= self._log_start_offset:
             return False
         self._log_start_offset = offset
+        self.producer_state.evict_below(offset)
         return True
 
     def _delete_segments_below_log_start(self) -> None:
         segs = self._segments
         while len(segs) > 1 and segs[1].base_offset <= self._log_start_offset:
             segs.pop(0).delete()
+        self._trim_producer_state()
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding offsets >= offset (follower truncation). A batch that
@@ -399,6 +450,9 @@ class PartitionLog:
             segs.pop().delete()
         segs[-1].truncate_to(offset)
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
+        self.producer_state.delete_snapshots(above=self.log_end_offset)
+        _fsync_dir(self.path)  # a deleted snapshot must not come back after a crash
+        self._load_producer_state()
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self._segments:
@@ -414,6 +468,8 @@ class PartitionLog:
         ]
         self._log_start_offset = offset
         self._recovery_point = offset
+        self.producer_state.clear()
+        self.producer_state.delete_snapshots(above=-1)
         _fsync_dir(self.path)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -423,6 +479,7 @@ class PartitionLog:
         if self._segments and not self._segments[-1].closed:
             self._segments[-1].seal()
             self.flush()
+            self.producer_state.write_snapshot(self.log_end_offset)
         for seg in self._segments:
             seg.close()
 

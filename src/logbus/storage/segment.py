@@ -412,6 +412,14 @@ class LogSegment:
                 return h
         return None
 
+    def headers_from(self, offset: int):
+        """Headers of the batches holding offsets >= offset, in log order (header reads only)."""
+        if offset >= self.next_offset:
+            return
+        for _pos, h in self._walk(self._floor_position(offset), self.size):
+            if h.last_offset >= offset:
+                yield h
+
     def position_of_base_at_least(self, offset: int) -> int:
         """File position of the first batch whose base offset >= offset (size if none)."""
         if offset >= self.next_offset:
