@@ -106,13 +106,16 @@ class ReplicaManager:
         try:
             batches = parse_batches(records, max_batch_bytes=config.max_message_bytes)
             result = p.log.append(records, batches)
-        except InvalidRecordError as e:
+        except InvalidRecordError as e:  # also the idempotent producer's errors (45, 47, 59), Kafka's messages
             log.warning("rejected produce to %s-%d: %s", topic, partition, e)
             return AppendOutcome(ErrorCode(e.error_code), str(e))
         except OSError as e:
             log.error("storage error appending to %s-%d: %s", topic, partition, e)
             return AppendOutcome(ErrorCode.kafka_storage_error, f"storage error: {e}")
-        self._wake((topic, partition))
+        if result.duplicate:  # a retry of batches already in the log: the original's base offset
+            log.debug("duplicate produce to %s-%d answered with base offset %d", topic, partition, result.base_offset)
+        else:
+            self._wake((topic, partition))
         return AppendOutcome(
             base_offset=result.base_offset, log_append_time=result.log_append_time, log_start_offset=p.log.log_start_offset
         )

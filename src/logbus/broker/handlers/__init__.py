@@ -26,6 +26,7 @@ from . import (
     find_coordinator,
     heartbeat,
     incremental_alter_configs,
+    init_producer_id,
     join_group,
     leave_group,
     list_groups,
@@ -88,5 +89,6 @@ HANDLERS: dict[int, HandlerEntry] = dict(
         describe_groups,
         delete_groups,
         offset_delete,
+        init_producer_id,
     )
 )
