@@ -17,7 +17,7 @@ def test_kafka_python_round_trip(broker):
     assert "kp" in admin.list_topics()
     admin.create_partitions({"kp": NewPartitions(total_count=6)})
 
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", compression_type="gzip", linger_ms=10, enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", compression_type="gzip", linger_ms=10)
     futures = [
         producer.send("kp", key=b"k%d" % i, value=b"v%d" % i, partition=i % 6, headers=[("seq", str(i).encode())], timestamp_ms=1_650_000_000_000 + i)
         for i in range(COUNT)
@@ -49,7 +49,7 @@ def test_kafka_python_round_trip(broker):
 def test_kafka_python_offsets_by_time(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("times", num_partitions=1, replication_factor=1)])
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
     for i in range(10):
         producer.send("times", value=b"x", partition=0, timestamp_ms=1_000_000 + i * 1000).get(timeout=10)
     producer.close()
