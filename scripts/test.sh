@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine, then runs every test.
-#   - kcat (and python3-venv) from the OS packages, only if missing; uses sudo when not root
+#   - kcat, zookeeper (a real ZooKeeper server for the zookeeper metadata store tests) and python3-venv
+#     from the OS packages, only if missing; uses sudo when not root
 #   - a virtual environment in .venv (only if it is missing)
 #   - logbus in editable mode with its test extras: pytest, pytest-timeout, kafka-python, lz4, zstandard, python-snappy
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -x` or `bash scripts/test.sh tests/unit -q`.
@@ -11,6 +12,7 @@ PYTHON="${PYTHON:-python3}"
 
 missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+dpkg -s zookeeper >/dev/null 2>&1 || missing+=(zookeeper)
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1; then
     missing+=(python3-venv)
 fi
