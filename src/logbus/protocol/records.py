@@ -56,6 +56,7 @@ INVALID_RECORD = 87
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength
+PARTITION_LEADER_EPOCH_OFFSET = 12
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
@@ -72,10 +73,12 @@ COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 _unpack_header = HEADER.unpack_from
 _pack_int64 = _INT64.pack_into
 _pack_uint32 = _UINT32.pack_into
 _pack_int16 = _INT16.pack_into
+_pack_int32 = _INT32.pack_into
 
 
 class InvalidRecordError(Exception):
@@ -285,6 +288,7 @@ def assign_offsets(
     base_offset: int,
     *,
     log_append_time_ms: int | None = None,
+    partition_leader_epoch: int | None = None,
 ) -> AssignedBatches:
     """Copy `data` with consecutive offsets assigned from `base_offset`.
 
@@ -296,10 +300,17 @@ def assign_offsets(
     maxTimestamp set to that time (the CRC is recomputed), as Kafka's in-place validation
     does; consumers then report maxTimestamp for every record of the batch.
 
+    With partition_leader_epoch, each batch is stamped with the leader's epoch (outside the
+    CRC), which followers and OffsetForLeaderEpoch rely on.
+
     Returns (data, last_offset, max_timestamp, offset_of_max_timestamp); the offset of the
     max timestamp is the base offset of the first batch holding it.
     """
     out = bytearray(data)
+    if partition_leader_epoch is not None:
+        for b in batches:
+            _pack_int32(out, b.position + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+            b.partition_leader_epoch = partition_leader_epoch
     offset = base_offset
     max_ts = -1
     offset_of_max = -1

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from logbus.protocol.records import BatchHeader, assign_offsets
 from logbus.storage.config import LogConfig
+from logbus.storage.leader_epoch import LeaderEpochCache
 from logbus.storage.producer_state import ProducerStateManager
 from logbus.storage.segment import LOG_SUFFIX, LogSegment
 
@@ -77,6 +78,7 @@ class PartitionLog:
         self._segments = segments
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
+        self.leader_epochs = LeaderEpochCache(path)
         #: milliseconds since the epoch; replaceable for tests
         self.clock: Callable[[], int] = _now_ms
         self._unflushed_records = 0
@@ -150,7 +152,19 @@ class PartitionLog:
             plog._delete_segments_below_log_start()
         plog._recovery_point = min(max(recovery_point, plog._log_start_offset), plog.log_end_offset)
         plog._load_producer_state()
+        plog._load_leader_epochs()
         return plog
+
+    def _load_leader_epochs(self) -> None:
+        """The cache must not claim epochs past the recovered log end; a lost or damaged
+        checkpoint is rebuilt from the batches' partition leader epochs (headers only)."""
+        cache = self.leader_epochs
+        cache.truncate_from_end(self.log_end_offset)
+        if not cache.entries and self.log_end_offset > self._log_start_offset:
+            for seg in self._segments:
+                for h in seg.headers_from(self._log_start_offset):
+                    cache.assign(h.partition_leader_epoch, h.base_offset)
+        cache.truncate_from_start(self._log_start_offset)
 
     def _load_producer_state(self) -> None:
         """Load the newest usable producer snapshot and replay batch headers from there to the
@@ -231,9 +245,10 @@ class PartitionLog:
 
     # -- appending ----------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, batches: list[BatchHeader]) -> AppendResult:
-        """Append batches validated by parse_batches: assign offsets, roll, write, flush
-        by policy. The headers in `batches` are updated to the assigned offsets."""
+    def append(self, data: bytes | bytearray, batches: list[BatchHeader], *, leader_epoch: int | None = None) -> AppendResult:
+        """Append batches validated by parse_batches as the leader: assign offsets (and stamp
+        `leader_epoch`), roll, write, flush by policy. The headers in `batches` are updated to
+        the assigned offsets."""
         if not batches:
             raise ValueError("append needs at least one batch")
         cfg = self._config
@@ -250,8 +265,26 @@ class PartitionLog:
                 break
         base = self.log_end_offset
         out, last, max_ts, offset_of_max = assign_offsets(
-            data, batches, base, log_append_time_ms=append_time
+            data, batches, base, log_append_time_ms=append_time, partition_leader_epoch=leader_epoch
         )
+        if leader_epoch is not None:
+            self.leader_epochs.assign(leader_epoch, base)
+        self._write(out, batches, last, max_ts, now, idempotent)
+        return AppendResult(base, last, max_ts, offset_of_max, -1 if append_time is None else now)
+
+    def append_as_follower(self, data: bytes | bytearray, batches: list[BatchHeader]) -> None:
+        """Append batches copied from the leader, offsets and epochs as the leader gave them."""
+        if not batches:
+            return
+        if batches[0].base_offset != self.log_end_offset:
+            raise ValueError(f"{self.path.name}: follower append at {batches[0].base_offset}, log ends at {self.log_end_offset}")
+        for b in batches:
+            self.leader_epochs.assign(b.partition_leader_epoch, b.base_offset)
+        idempotent = any(b.producer_id >= 0 for b in batches)
+        self._write(data, batches, batches[-1].last_offset, max(b.max_timestamp for b in batches), self.clock(), idempotent)
+
+    def _write(self, out, batches: list[BatchHeader], last: int, max_ts: int, now: int, idempotent: bool) -> None:
+        cfg = self._config
         seg = self._segments[-1]
         if seg.size > 0 and (
             seg.size + len(out) > cfg.segment_bytes
@@ -269,7 +302,6 @@ class PartitionLog:
             or now - self._last_flush_ms >= cfg.flush_ms
         ):
             self.flush()
-        return AppendResult(base, last, max_ts, offset_of_max, -1 if append_time is None else now)
 
     def roll(self) -> LogSegment:
         """Seal the active segment, flush it, and start a new one at the log end offset."""
@@ -417,6 +449,7 @@ class PartitionLog:
 
     def _trim_producer_state(self) -> None:
         """After the log start moved: forget producers wholly below it, drop old snapshots."""
+        self.leader_epochs.truncate_from_start(self._log_start_offset)
         self.producer_state.evict_below(self._log_start_offset)
         self.producer_state.delete_snapshots(below=self._segments[0].base_offset)
 
@@ -450,6 +483,7 @@ class PartitionLog:
             segs.pop().delete()
         segs[-1].truncate_to(offset)
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.producer_state.delete_snapshots(above=self.log_end_offset)
         _fsync_dir(self.path)  # a deleted snapshot must not come back after a crash
         self._load_producer_state()
@@ -470,6 +504,7 @@ class PartitionLog:
         self._recovery_point = offset
         self.producer_state.clear()
         self.producer_state.delete_snapshots(above=-1)
+        self.leader_epochs.clear()
         _fsync_dir(self.path)
 
     # -- lifecycle ----------------------------------------------------------------------
