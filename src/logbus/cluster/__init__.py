@@ -1,0 +1,1 @@
+"""Control plane: metadata stores (local SQLite, ZooKeeper), controller, replica placement, elections."""
