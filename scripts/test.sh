@@ -3,7 +3,8 @@
 #   - kcat, zookeeper (a real ZooKeeper server for the zookeeper metadata store tests) and python3-venv
 #     from the OS packages, only if missing; uses sudo when not root
 #   - a virtual environment in .venv (only if it is missing)
-#   - logbus in editable mode with its test extras: pytest, pytest-timeout, kafka-python, lz4, zstandard, python-snappy
+#   - logbus in editable mode with its test extras: pytest, pytest-timeout, kafka-python, lz4, zstandard, python-snappy,
+#     and the pipeline extra (pyspark, pyarrow, pandas, deltalake)
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -x` or `bash scripts/test.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ PYTHON="${PYTHON:-python3}"
 
 missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # PySpark (the pipeline) runs on a JVM
 dpkg -s zookeeper >/dev/null 2>&1 || missing+=(zookeeper)
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1; then
     missing+=(python3-venv)
