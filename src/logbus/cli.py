@@ -14,7 +14,6 @@ from logbus.cli_topics import add_topics_parser
 
 
 def _broker_command(args: argparse.Namespace) -> int:
-    from logbus.broker.broker import run_broker
     from logbus.broker.config import BrokerConfig
 
     try:
@@ -31,7 +30,9 @@ def _broker_command(args: argparse.Namespace) -> int:
         print(f"logbus broker: {e}", file=sys.stderr)
         return 2
     _install_event_loop()
-    asyncio.run(run_broker(config))
+    from logbus.cluster.node import run_node
+
+    asyncio.run(run_node(config))
     return 0
 
 

@@ -497,6 +497,9 @@ def test_group_requests_with_bad_input_get_kafka_errors(broker_factory):
         assert int(conn.create_topic("wire", 1).error_code) == 0
         assert int(conn.produce("wire", 0, make_batch([b"a", b"b", b"c"])).error_code) == 0
         group = "g-wire"
+        # as every client does first: the coordinator is the leader of the group's offsets partition
+        found = conn.request(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]
+        assert int(found.error_code) == 0 and found.port == b.port
 
         # KIP-394: a v4+ JoinGroup without a member id is told its id, then joins with it
         first = join(conn, group)

@@ -236,25 +236,10 @@ def test_snapshot_round_trip(tmp_path):
     assert not (tmp_path / "00000000000000000050.snapshot.tmp").exists()
 
 
-def test_allocator_never_reuses_ids(tmp_path):
-    a = ProducerIdAllocator(tmp_path, block_size=10)
-    ids = [a.allocate() for _ in range(15)]
-    assert ids == list(range(15))
-    assert a.issued(14) and not a.issued(15)
-    b = ProducerIdAllocator(tmp_path, block_size=10)  # a restart, even a crash mid-block
-    assert b.allocate() == 20
-    assert b.issued(3)
-    (tmp_path / "producer-id-block").write_text("1 30 12345\n")
-    with pytest.raises(RuntimeError):
-        ProducerIdAllocator(tmp_path)
+def test_allocator_hands_out_blocks_and_bumps_only_its_own():
+    blocks = iter([100, 5000])
+    a = ProducerIdAllocator(lambda count: next(blocks), block_size=10)
+    ids = [a.allocate() for _ in range(12)]
+    assert ids == list(range(100, 110)) + [5000, 5001]
+    assert a.issued(105) and a.issued(5001) and not a.issued(5002) and not a.issued(99)
     assert BLOCK_SIZE >= 100
-
-
-def test_allocator_stores_the_bound_before_handing_out(tmp_path, monkeypatch):
-    a = ProducerIdAllocator(tmp_path, block_size=10)
-    synced = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
-    assert a.allocate() == 0
-    assert synced, "the block bound was not fsync'd"
-    assert (tmp_path / "producer-id-block").read_text().split()[1] == "10"

@@ -24,9 +24,19 @@ BROKER_SETTINGS_DOC = {
     "retention_check_interval_ms": "How often retention deletes old segments (log.retention.check.interval.ms).",
     "checkpoint_interval_ms": "How often recovery points are written to disk (log.flush.offset.checkpoint.interval.ms).",
     "offsets_topic_num_partitions": "Partitions of the internal __consumer_offsets topic, created when groups are first used.",
+    "offsets_topic_replication_factor": "Replication factor of __consumer_offsets (at most the live brokers when it is created).",
     "group_initial_rebalance_delay_ms": "How long the first rebalance of an empty group waits for more members (group.initial.rebalance.delay.ms).",
     "group_min_session_timeout_ms": "Smallest session timeout a group member may ask for (group.min.session.timeout.ms).",
     "group_max_session_timeout_ms": "Largest session timeout a group member may ask for (group.max.session.timeout.ms).",
+    "metadata": "Metadata store: `local:///path/metadata.db` (SQLite shared by the brokers of one host) or `zk://host:port/chroot`; default `local://<data_dir>/metadata.db`.",
+    "session_timeout_ms": "A broker that has not heartbeated to the metadata store for this long is dead to the cluster (broker.session.timeout.ms).",
+    "replica_lag_time_max_ms": "A follower that has not caught up with the leader for this long leaves the ISR (replica.lag.time.max.ms).",
+    "replica_fetch_wait_max_ms": "How long a follower's fetch waits at the leader for new data (replica.fetch.wait.max.ms).",
+    "replica_fetch_max_bytes": "Bytes a follower asks for per partition and fetch (replica.fetch.max.bytes).",
+    "log_placement_constraints": "Cluster default replica placement JSON for new topics (Confluent's log.placement.constraints).",
+    "auto_leader_rebalance_enable": "Move leadership back to preferred replicas when brokers are imbalanced (auto.leader.rebalance.enable).",
+    "leader_imbalance_per_broker_percentage": "Allowed share of a broker's partitions led elsewhere before a rebalance (leader.imbalance.per.broker.percentage).",
+    "leader_imbalance_check_interval_seconds": "How often the controller checks leader imbalance (leader.imbalance.check.interval.seconds).",
     "topic_defaults": "Table of topic configs (Kafka names, e.g. \"retention.ms\") used by topics without an override.",
 }
 
@@ -45,10 +55,24 @@ class BrokerConfig:
     retention_check_interval_ms: int = 300_000
     checkpoint_interval_ms: int = 60_000
     offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    metadata: str | None = None
+    session_timeout_ms: int = 6000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1_048_576
+    log_placement_constraints: str | None = None
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
     topic_defaults: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def metadata_url(self) -> str:
+        return self.metadata or f"local://{self.data_dir.resolve() / 'metadata.db'}"
 
     @property
     def listen_host(self) -> str:
@@ -100,7 +124,11 @@ def _coerce(name: str, current: Any, value: Any) -> Any:
     if name in ("listen", "advertised"):
         _split_address(str(value))
         return str(value)
-    if name == "rack":
+    if name in ("rack", "metadata", "log_placement_constraints"):
+        if isinstance(value, dict):  # placement constraints written as a TOML table
+            import json
+
+            return json.dumps(value)
         return None if value in (None, "") else str(value)
     if isinstance(current, bool):
         if isinstance(value, bool):

@@ -11,17 +11,10 @@ Methods are synchronous and quick (milliseconds); brokers call them from their e
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 
-from logbus.broker.topics import PartitionState, TopicState
+from logbus.broker.topics import BrokerInfo, PartitionState, TopicState
 
-
-@dataclass(frozen=True)
-class BrokerRegistration:
-    broker_id: int
-    host: str
-    port: int
-    rack: str | None = None
+BrokerRegistration = BrokerInfo  # what a broker announces: id, advertised host and port, rack
 
 
 class TopicExistsError(Exception):

@@ -488,6 +488,10 @@ class PartitionLog:
         _fsync_dir(self.path)  # a deleted snapshot must not come back after a crash
         self._load_producer_state()
 
+    def reset_to(self, offset: int) -> None:
+        """Empty the log and start it at `offset` (a follower far behind the leader's log start)."""
+        self._truncate_fully_and_start_at(offset)
+
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self._segments:
             seg.delete()

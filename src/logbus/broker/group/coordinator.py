@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 MAX_METADATA_BYTES = 4096  # offset.metadata.max.bytes
 EXPIRY_CHECK_S = 0.1
+REPLICATION_TIMEOUT_S = 5.0  # offsets.commit.timeout.ms
 
 
 @dataclass
@@ -52,47 +53,109 @@ class GroupCoordinator:
         self.broker = broker
         self.config = broker.config
         self.groups: dict[str, Group] = {}
+        self._loaded: set[int] = set()  # offsets partitions whose groups are coordinated here
+        self._background: set[asyncio.Task] = set()
         self._expiry_task: asyncio.Task | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is not None:
-            started = time.monotonic()
-            for p in topic.partitions:
-                partition = self.broker.replicas.get(OFFSETS_TOPIC, p.partition)
-                if partition is not None:
-                    load_groups(partition.log, self.groups)
-            now = time.monotonic()
-            for group in self.groups.values():
-                for m in group.members.values():
-                    m.heartbeat_deadline = now + m.session_timeout_ms / 1000
-            log.info("loaded %d groups from %s in %.2fs", len(self.groups), OFFSETS_TOPIC, time.monotonic() - started)
         self._expiry_task = asyncio.create_task(self._expire_loop())
 
     def stop(self) -> None:
         if self._expiry_task:
             self._expiry_task.cancel()
 
+    # --- which groups this broker coordinates -----------------------------------------------
+
+    def on_metadata(self, image) -> None:
+        """Coordinate the groups of the offsets partitions this broker leads (Kafka's onElection):
+        load them when leadership arrives, forget them when it leaves."""
+        topic = image.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        leading = {p.partition for p in topic.partitions if p.leader == self.config.broker_id}
+        count = len(topic.partitions)
+        for partition in sorted(leading - self._loaded):
+            self._load_partition(partition, count)
+        for partition in self._loaded - leading:
+            for group_id in [g for g in self.groups if partition_for(g, count) == partition]:
+                group = self.groups.pop(group_id)
+                for m in group.members.values():
+                    for fut in (m.join_future, m.sync_future):
+                        if fut and not fut.done():
+                            fut.set_result(JoinResult(ErrorCode.not_coordinator, member_id=m.member_id) if fut is m.join_future else (ErrorCode.not_coordinator, b""))
+            log.info("no longer coordinating the groups of %s-%d", OFFSETS_TOPIC, partition)
+        self._loaded = leading
+
+    def _load_partition(self, partition: int, count: int) -> None:
+        local = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        if local is None:
+            return
+        started = time.monotonic()
+        loaded: dict[str, Group] = {}
+        load_groups(local.log, loaded)
+        now = time.monotonic()
+        for group_id, group in loaded.items():
+            if partition_for(group_id, count) != partition:
+                continue
+            for m in group.members.values():
+                m.heartbeat_deadline = now + m.session_timeout_ms / 1000
+            self.groups[group_id] = group
+        if loaded:
+            log.info("loaded %d groups from %s-%d in %.2fs", len(loaded), OFFSETS_TOPIC, partition, time.monotonic() - started)
+
+    def coordinator_for(self, group_id: str) -> int:
+        """The broker leading the group's offsets partition (creating the offsets topic on first use)."""
+        count = self._offsets_partition_count()
+        state = self.broker.image.partition(OFFSETS_TOPIC, partition_for(group_id, count))
+        return state.leader if state is not None else -1
+
+    def owns(self, group_id: str) -> bool:
+        topic = self.broker.image.topic(OFFSETS_TOPIC)
+        return topic is not None and partition_for(group_id, len(topic.partitions)) in self._loaded
+
     def _offsets_partition_count(self) -> int:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.broker.image.topic(OFFSETS_TOPIC)
         if topic is None:
             from logbus.broker.handlers.topic_admin import create_topic
+            from logbus.protocol.errors import KafkaProtocolError
 
-            # Kafka's offsets topic: compacted there; here kept (retention.ms=-1) until compaction exists.
-            topic = create_topic(self.broker, OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, -1,
-                                 {"retention.ms": "-1", "segment.bytes": "104857600"})
-            log.info("created %s with %d partitions", OFFSETS_TOPIC, len(topic.partitions))
+            replication = min(self.config.offsets_topic_replication_factor, self.broker.live_broker_count)
+            try:
+                # Kafka's offsets topic: compacted there; here kept (retention.ms=-1) until compaction exists.
+                topic = create_topic(self.broker, OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication,
+                                     {"retention.ms": "-1", "segment.bytes": "104857600"})
+                log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC, len(topic.partitions), replication)
+            except KafkaProtocolError as e:
+                if e.code != ErrorCode.topic_already_exists:
+                    raise
+                self.broker.refresh_metadata()
+                topic = self.broker.image.topic(OFFSETS_TOPIC)
         return len(topic.partitions)
 
-    def _persist(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+    async def _persist(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        """Append to the group's offsets partition and wait for the ISR, as Kafka does."""
         partition = partition_for(group_id, self._offsets_partition_count())
         outcome = self.broker.replicas.append(OFFSETS_TOPIC, partition, encode_records(records), acks=-1)
-        if outcome.error != ErrorCode.none:
-            log.error("could not store group %s state: %s %s", group_id, outcome.error.name, outcome.message)
-            return ErrorCode.coordinator_not_available  # Kafka's answer when the offsets log refuses a write
-        return ErrorCode.none
+        error = outcome.error
+        if error == ErrorCode.none and outcome.replicated is not None:
+            try:
+                error = await asyncio.wait_for(outcome.replicated, REPLICATION_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                error = ErrorCode.request_timed_out
+        if error == ErrorCode.none:
+            return error
+        log.error("could not store group %s state: %s %s", group_id, error.name, outcome.message or "")
+        # Kafka's mapping of offsets-log write failures for clients
+        if error in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+            return ErrorCode.not_coordinator
+        return ErrorCode.coordinator_not_available
+
+    def _persist_later(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        task = asyncio.get_running_loop().create_task(self._persist(group_id, records))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # --- JoinGroup -------------------------------------------------------------------------
 
@@ -101,6 +164,8 @@ class GroupCoordinator:
                    require_known_member_id: bool) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id=member_id)
+        if not self.owns(group_id):
+            return JoinResult(ErrorCode.not_coordinator, member_id=member_id)
         if not self.config.group_min_session_timeout_ms <= session_timeout_ms <= self.config.group_max_session_timeout_ms:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
         group = self.groups.get(group_id)
@@ -165,7 +230,9 @@ class GroupCoordinator:
             group.leader_id = new_id
         if group.state == GroupState.STABLE and old.protocols == member.protocols:
             member.heartbeat_deadline = time.monotonic() + session_timeout_ms / 1000
-            self._persist(group.group_id, [(group_key(group.group_id), group_value(group))])
+            error = await self._persist(group.group_id, [(group_key(group.group_id), group_value(group))])
+            if error != ErrorCode.none:
+                return JoinResult(error, member_id=new_id)
             return self._join_result(group, member)
         return await self._await_join(group, member)
 
@@ -213,7 +280,7 @@ class GroupCoordinator:
             group.state = GroupState.EMPTY
             group.protocol_name = None
             group.leader_id = None
-            self._persist(group.group_id, [(group_key(group.group_id), group_value(group))])
+            self._persist_later(group.group_id, [(group_key(group.group_id), group_value(group))])
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             return
         group.protocol_name = group.select_protocol()
@@ -270,6 +337,8 @@ class GroupCoordinator:
 
     async def sync(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, b""
         group = self.groups.get(group_id)
         try:
             member = self._check_member(group, member_id, generation_id, group_instance_id)
@@ -286,7 +355,7 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            error = self._persist(group_id, [(group_key(group_id), group_value(group))])
+            error = await self._persist(group_id, [(group_key(group_id), group_value(group))])
             if group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == generation_id:
                 if error != ErrorCode.none:
                     for m in group.members.values():
@@ -301,6 +370,8 @@ class GroupCoordinator:
         return await waiting
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator
         group = self.groups.get(group_id)
         try:
             member = self._check_member(group, member_id, generation_id, group_instance_id)
@@ -314,6 +385,8 @@ class GroupCoordinator:
         return ErrorCode.none
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, [(m, i, ErrorCode.not_coordinator) for m, i in members]
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return ErrorCode.unknown_member_id, [(m, i, ErrorCode.unknown_member_id) for m, i in members]
@@ -347,11 +420,13 @@ class GroupCoordinator:
 
     # --- offsets ---------------------------------------------------------------------------
 
-    def commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+    async def commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                offsets: dict[tuple[str, int], CommittedOffset]) -> dict[tuple[str, int], ErrorCode]:
         group = self.groups.get(group_id)
         if not group_id:
             return {tp: ErrorCode.invalid_group_id for tp in offsets}
+        if not self.owns(group_id):
+            return {tp: ErrorCode.not_coordinator for tp in offsets}
         if generation_id < 0 and not member_id:
             # a simple consumer (assign() with a group.id): allowed while the group has no members
             if group is not None and group.members:
@@ -370,12 +445,12 @@ class GroupCoordinator:
         for tp, committed in offsets.items():
             if committed.metadata is not None and len(committed.metadata.encode()) > MAX_METADATA_BYTES:
                 results[tp] = ErrorCode.offset_metadata_too_large
-            elif self.broker.replicas.get(*tp) is None:
+            elif self.broker.image.partition(*tp) is None:
                 results[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 accepted[tp] = committed
         if accepted:
-            error = self._persist(group_id, [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in accepted.items()])
+            error = await self._persist(group_id, [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in accepted.items()])
             for tp in accepted:
                 results[tp] = error
             if error == ErrorCode.none:
@@ -389,7 +464,9 @@ class GroupCoordinator:
             return dict(committed)
         return {tp: committed.get(tp) for tp in partitions}
 
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, {}
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return ErrorCode.group_id_not_found, {}
@@ -406,21 +483,23 @@ class GroupCoordinator:
                 if tp in group.offsets:
                     tombstones.append(tp)
         if tombstones:
-            error = self._persist(group_id, [(offset_key(group_id, t, p), None) for t, p in tombstones])
+            error = await self._persist(group_id, [(offset_key(group_id, t, p), None) for t, p in tombstones])
             if error != ErrorCode.none:
                 return error, {}
             for tp in tombstones:
                 group.offsets.pop(tp, None)
         return ErrorCode.none, results
 
-    def delete_group(self, group_id: str) -> ErrorCode:
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return ErrorCode.group_id_not_found
         if group.state != GroupState.EMPTY or group.members:
             return ErrorCode.non_empty_group
         records = [(offset_key(group_id, t, p), None) for t, p in group.offsets] + [(group_key(group_id), None)]
-        error = self._persist(group_id, records)
+        error = await self._persist(group_id, records)
         if error != ErrorCode.none:
             return error
         group.state = GroupState.DEAD
@@ -430,6 +509,3 @@ class GroupCoordinator:
     def list_groups(self) -> list[Group]:
         return [g for g in self.groups.values() if g.state != GroupState.DEAD]
 
-    def coordinator_ready(self) -> None:
-        """Called by FindCoordinator: the offsets topic exists from the first group lookup on, as in Kafka."""
-        self._offsets_partition_count()

@@ -90,7 +90,8 @@ def iter_records(plog) -> Iterator[tuple[bytes, bytes | None]]:
             return
         pos = 0
         while pos < len(data):
-            batch, pos = read_batch(data, pos)
+            batch, size = read_batch(data, pos)  # kio readers return the size they consumed
+            pos += size
             for r in batch.records:
                 if r.key is not None:
                     yield r.key, r.value

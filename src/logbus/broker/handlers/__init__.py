@@ -22,6 +22,7 @@ from . import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -35,6 +36,7 @@ from . import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )

@@ -2,7 +2,6 @@
 
 from collections.abc import Callable
 
-from logbus.broker.handlers.topic_admin import validated_configs
 from logbus.protocol.errors import ErrorCode, KafkaProtocolError
 
 TOPIC, BROKER = 2, 4
@@ -13,14 +12,15 @@ def apply_topic_configs(broker, resource_type: int, name: str, change: Callable[
         raise KafkaProtocolError(ErrorCode.invalid_request, "Broker settings of logbus are static: set them in the broker's TOML file or flags")
     if resource_type != TOPIC:
         raise KafkaProtocolError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type}")
-    topic = broker.topics.get(name)
+    topic = broker.image.topic(name)
     if topic is None:
         raise KafkaProtocolError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
     updated = change(topic.configs)
-    validated_configs(broker, updated)
+    broker.control.log_config(updated)
+    broker.control.placement(updated)
     if not validate_only:
-        broker.topics.set_configs(name, updated)
-        broker.replicas.update_topic_config(topic)
+        broker.control.set_topic_configs(name, updated)
+        broker.refresh_metadata()
 
 
 def resource_error(e: KafkaProtocolError) -> dict:

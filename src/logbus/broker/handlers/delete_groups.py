@@ -4,4 +4,4 @@ API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
 
 
 async def handle(ctx, request) -> dict:
-    return {"throttle_time": 0, "results": [{"group_id": g, "error_code": ctx.broker.groups.delete_group(g)} for g in request.groups_names]}
+    return {"throttle_time": 0, "results": [{"group_id": g, "error_code": await ctx.broker.groups.delete_group(g)} for g in request.groups_names]}

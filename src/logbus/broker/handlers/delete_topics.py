@@ -3,7 +3,7 @@
 import uuid
 
 from logbus.broker.topics import INTERNAL_TOPICS
-from logbus.protocol.errors import ErrorCode
+from logbus.protocol.errors import ErrorCode, KafkaProtocolError
 
 API_KEY, MIN_VERSION, MAX_VERSION = 20, 1, 6
 
@@ -17,19 +17,19 @@ async def handle(ctx, request) -> dict:
     results = []
     for name, topic_id in wanted:
         if name is None and topic_id not in (None, _ZERO):
-            topic = broker.topics.by_id(str(topic_id))
+            topic = broker.image.topic_by_id(str(topic_id))
             if topic is None:
                 results.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id, "error_message": f"Topic id {topic_id} not found"})
                 continue
-        else:
-            topic = broker.topics.get(name)
-            if topic is None:
-                results.append({"name": name, "topic_id": _ZERO, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": "This server does not host this topic-partition."})
-                continue
-        if topic.name in INTERNAL_TOPICS:
-            results.append({"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.invalid_topic_exception, "error_message": f"Topic {topic.name} is internal and can't be deleted"})
+            name = topic.name
+        if name in INTERNAL_TOPICS:
+            results.append({"name": name, "topic_id": _ZERO, "error_code": ErrorCode.invalid_topic_exception, "error_message": f"Topic {name} is internal and can't be deleted"})
             continue
-        broker.topics.delete(topic.name)
-        broker.replicas.delete_topic(topic.name)
+        try:
+            topic = broker.control.delete_topic(name)
+        except KafkaProtocolError as e:
+            results.append({"name": name, "topic_id": _ZERO, "error_code": e.code, "error_message": e.message})
+            continue
         results.append({"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.none, "error_message": None})
+    broker.refresh_metadata()
     return {"throttle_time": 0, "responses": results}

@@ -3,6 +3,7 @@
 from dataclasses import asdict
 
 from logbus.broker.config import BROKER_SETTINGS_DOC
+from logbus.broker.topics import PLACEMENT_CONFIG
 from logbus.protocol.errors import ErrorCode
 from logbus.storage.config import CONFIG_KEYS, LogConfig
 
@@ -14,7 +15,7 @@ CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "dou
 
 
 def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
-    values = LogConfig.from_overrides(broker.config.topic_defaults, overrides).to_kafka_dict()
+    values = broker.control.log_config(overrides).to_kafka_dict()
     kafka_defaults = LogConfig().to_kafka_dict()
     entries = []
     for name, definition in CONFIG_KEYS.items():
@@ -65,7 +66,7 @@ async def handle(ctx, request) -> dict:
     for r in request.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         if r.resource_type == TOPIC:
-            topic = broker.topics.get(r.resource_name)
+            topic = broker.image.topic(r.resource_name)
             if topic is None:
                 results.append({**base, "error_code": ErrorCode.unknown_topic_or_partition, "error_message": f"Topic '{r.resource_name}' does not exist.", "configs": []})
                 continue

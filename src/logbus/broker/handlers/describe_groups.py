@@ -10,6 +10,9 @@ async def handle(ctx, request) -> dict:
     coordinator = ctx.broker.groups
     results = []
     for group_id in request.groups:
+        if not coordinator.owns(group_id):
+            results.append({"error_code": ErrorCode.not_coordinator, "group_id": group_id, "group_state": "", "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648})
+            continue
         g = coordinator.groups.get(group_id)
         if g is None:
             results.append({"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648})

@@ -32,7 +32,8 @@ def _read_all(replicas, request, wanted) -> tuple[list[dict], int]:
     by_topic: dict[str, list[dict]] = {}
     for topic, p in wanted:
         limit = min(p.partition_max_bytes, budget)
-        outcome = replicas.read(topic, p.partition, p.fetch_offset, max(limit, 0), min_one_batch=total == 0)
+        outcome = replicas.read(topic, p.partition, p.fetch_offset, max(limit, 0), min_one_batch=total == 0,
+                                replica_id=request.replica_id, current_leader_epoch=getattr(p, "current_leader_epoch", -1))
         records = outcome.records or b""
         total += len(records)
         budget -= len(records)

@@ -14,7 +14,6 @@
 
 import logging
 
-from logbus.broker.producer_ids import allocator_for
 from logbus.protocol.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 22, 0, 5
@@ -32,14 +31,14 @@ async def handle(ctx, request) -> dict:
             ctx.peer, request.transactional_id,
         )  # fmt: skip
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1, "producer_epoch": -1}
-    allocator = allocator_for(ctx.broker)
+    allocator = ctx.broker.producer_ids
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     try:
         if pid >= 0 and epoch >= 0 and allocator.issued(pid) and epoch < MAX_USABLE_EPOCH:
             return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch + 1}
         new_pid = allocator.allocate()
-    except OSError as e:
+    except Exception as e:  # the metadata store is unreachable or refused
         log.error("cannot reserve producer ids: %s", e)
         return {"throttle_time": 0, "error_code": ErrorCode.kafka_storage_error, "producer_id": -1, "producer_epoch": -1}
     if pid >= 0:

@@ -13,14 +13,16 @@ async def handle(ctx, request) -> dict:
     for t in request.topics:
         parts = []
         for rp in t.partitions:
-            parts.append({"partition_index": rp.partition_index, **_one(replicas.get(t.name, rp.partition_index), rp.timestamp)})
+            partition, error = replicas.leader_partition(t.name, rp.partition_index, getattr(rp, "current_leader_epoch", -1))
+            if partition is None:
+                parts.append({"partition_index": rp.partition_index, "error_code": error, "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            parts.append({"partition_index": rp.partition_index, **_one(partition, rp.timestamp)})
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
 
 
 def _one(partition, timestamp: int) -> dict:
-    if partition is None:
-        return {"error_code": ErrorCode.unknown_topic_or_partition, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     epoch = partition.state.leader_epoch
     plog = partition.log
     if timestamp == EARLIEST:

@@ -11,7 +11,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_metadata(topic) -> dict:
+def topic_metadata(topic, live) -> dict:
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
@@ -19,13 +19,13 @@ def topic_metadata(topic) -> dict:
         "is_internal": topic.name.startswith("__"),
         "partitions": [
             {
-                "error_code": ErrorCode.none,
+                "error_code": ErrorCode.none if p.leader in live else ErrorCode.leader_not_available,
                 "partition_index": p.partition,
-                "leader_id": p.leader,
+                "leader_id": p.leader if p.leader in live else -1,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": p.replicas,
                 "isr_nodes": p.isr,
-                "offline_replicas": [],
+                "offline_replicas": [r for r in p.replicas if r not in live],
             }
             for p in topic.partitions
         ],
@@ -35,18 +35,18 @@ def topic_metadata(topic) -> dict:
 
 async def handle(ctx, request) -> dict:
     broker = ctx.broker
-    registry = broker.topics
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        topics = [topic_metadata(t) for t in registry.topics.values()]
+        image = broker.image
+        topics = [topic_metadata(t, image.brokers) for t in image.topics.values()]
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and broker.config.auto_create_topics
         topics = [_one_topic(broker, t, allow_auto) for t in request.topics]
-    host, port = broker.config.advertised_host_port
+    image = broker.image
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.config.broker_id, "host": host, "port": port, "rack": broker.config.rack}],
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.config.broker_id,
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in image.brokers.values()],
+        "cluster_id": image.cluster_id,
+        "controller_id": image.controller_id,
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     }
@@ -56,11 +56,11 @@ def _one_topic(broker, requested, allow_auto: bool) -> dict:
     name = requested.name
     topic_id = getattr(requested, "topic_id", None)
     if name is None and topic_id not in (None, _ZERO_UUID):
-        topic = broker.topics.by_id(str(topic_id))
+        topic = broker.image.topic_by_id(str(topic_id))
         if topic is None:
             return {"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": topic_id, "partitions": []}
-        return topic_metadata(topic)
-    topic = broker.topics.get(name)
+        return topic_metadata(topic, broker.image.brokers)
+    topic = broker.image.topic(name)
     if topic is None:
         try:
             validate_topic_name(name)
@@ -69,4 +69,4 @@ def _one_topic(broker, requested, allow_auto: bool) -> dict:
             topic = create_topic(broker, name, -1, -1, {})
         except KafkaProtocolError as e:
             return {"error_code": e.code, "name": name, "partitions": []}
-    return topic_metadata(topic)
+    return topic_metadata(topic, broker.image.brokers)

@@ -17,7 +17,7 @@ async def handle(ctx, request) -> dict:
         for t in request.topics
         for p in t.partitions
     }
-    results = ctx.broker.groups.commit(request.group_id, generation, request.member_id, getattr(request, "group_instance_id", None), offsets)
+    results = await ctx.broker.groups.commit(request.group_id, generation, request.member_id, getattr(request, "group_instance_id", None), offsets)
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), error in results.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": error})

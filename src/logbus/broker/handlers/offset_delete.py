@@ -5,7 +5,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
 
 async def handle(ctx, request) -> dict:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    error, results = await ctx.broker.groups.delete_offsets(request.group_id, wanted)
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), code in results.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})

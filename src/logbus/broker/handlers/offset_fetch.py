@@ -25,6 +25,12 @@ def _group_topics(coordinator, group_id: str, topics) -> list[dict]:
 async def handle(ctx, request) -> dict:
     coordinator = ctx.broker.groups
     if ctx.api_version >= 8:
-        groups = [{"group_id": g.group_id, "topics": _group_topics(coordinator, g.group_id, g.topics), "error_code": ErrorCode.none} for g in request.groups]
+        groups = [_one_group(coordinator, g.group_id, g.topics) for g in request.groups]
         return {"throttle_time": 0, "groups": groups}
-    return {"throttle_time": 0, "topics": _group_topics(coordinator, request.group_id, request.topics), "error_code": ErrorCode.none}
+    return {"throttle_time": 0, **_one_group(coordinator, request.group_id, request.topics)}
+
+
+def _one_group(coordinator, group_id: str, topics) -> dict:
+    if not coordinator.owns(group_id):
+        return {"group_id": group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
+    return {"group_id": group_id, "topics": _group_topics(coordinator, group_id, topics), "error_code": ErrorCode.none}
