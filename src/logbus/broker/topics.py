@@ -32,7 +32,8 @@ class PartitionState:
     partition_epoch: int = 0
 
     def copy(self, **changes) -> "PartitionState":
-        return replace(self, replicas=list(self.replicas), isr=list(self.isr), observers=list(self.observers), **changes)
+        lists = {"replicas": list(self.replicas), "isr": list(self.isr), "observers": list(self.observers)}
+        return replace(self, **{**lists, **changes})
 
     @property
     def sync_replicas(self) -> list[int]:

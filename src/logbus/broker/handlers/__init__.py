@@ -92,5 +92,7 @@ HANDLERS: dict[int, HandlerEntry] = dict(
         delete_groups,
         offset_delete,
         init_producer_id,
+        offset_for_leader_epoch,
+        elect_leaders,
     )
 )
