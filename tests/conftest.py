@@ -29,3 +29,20 @@ def broker_factory(tmp_path):
     yield make
     for b in started:
         b.stop()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    """Start clusters of broker processes: cluster_factory(brokers=3, racks=[...], metadata=URL, settings={...})."""
+    from clusterproc import ClusterProcess
+
+    started: list[ClusterProcess] = []
+
+    def make(**kwargs) -> ClusterProcess:
+        c = ClusterProcess(tmp_path / f"cluster{len(started)}", **kwargs)
+        started.append(c)
+        return c.start()
+
+    yield make
+    for c in started:
+        c.stop()
