@@ -116,3 +116,85 @@ def test_session_timeout_is_honoured(make_store):
     # Sessions stay alive without any call from the broker (kazoo pings).
     time.sleep(3 * SHORT_SESSION_MS / 1000)
     assert sorted(b.live_brokers()) == [1, 2]
+
+
+def test_session_loss_is_repaired_by_heartbeat(make_store, zookeeper):  # noqa: F811
+    """When ZooKeeper expires a broker's session (a long pause), its registration and lease are
+    gone; kazoo opens a new session and the next heartbeat registers the broker again."""
+    from kazoo.client import KazooClient
+
+    a = make_store(session_timeout_ms=2000)
+    b = make_store(session_timeout_ms=2000)
+    a.register_broker(reg(1, "west"))
+    assert a.try_acquire_controller(1)
+    old_session = a._zk.client_id
+    # Close the session from another connection that borrows its id: the server expires it.
+    thief = KazooClient(hosts=zookeeper, client_id=old_session)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+    wait_until(lambda: 1 not in b.live_brokers(), timeout=10, what="registration gone with the session")
+    assert b.controller_id() is None
+    wait_until(lambda: a._zk.connected and a._zk.client_id[0] != old_session[0], timeout=10, what="a new session")
+    a.heartbeat(1)
+    assert b.live_brokers() == {1: reg(1, "west")}
+    assert a.try_acquire_controller(1)
+    assert b.controller_id() == 1
+
+
+def test_operations_ride_out_a_server_restart(tmp_path):
+    """A call made while the server is down waits (bounded) and completes after it returns; the
+    session survives a short outage, so the registration is still there."""
+    import threading
+
+    from zkserver import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    store = ZooKeeperMetadataStore(server.hosts, "/restart", session_timeout_ms=8000)
+    restarted = ZooKeeperServer(tmp_path / "zk", port=server.port)
+    other = None
+    try:
+        store.register_broker(reg(1))
+        store.create_topic(make_topic("t", 1))
+        server.stop()
+        result: dict = {}
+
+        def during_outage():
+            try:
+                state = store.topics()["t"].partitions[0]
+                result["won"] = store.update_partition("t", state, 0)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                result["error"] = e
+
+        t = threading.Thread(target=during_outage)
+        t.start()
+        time.sleep(1.5)
+        assert t.is_alive()  # waiting for the ensemble, not failing at once
+        restarted.start()
+        t.join(timeout=30)
+        assert not t.is_alive()
+        assert result == {"won": True}
+        other = ZooKeeperMetadataStore(server.hosts, "/restart")
+        assert other.topics()["t"].partitions[0].partition_epoch == 1
+        assert sorted(other.live_brokers()) == [1]
+    finally:
+        store.close()
+        if other is not None:
+            other.close()
+        server.stop()
+        restarted.stop()
+
+
+def test_calls_fail_clearly_when_the_ensemble_stays_down(tmp_path):
+    from zkserver import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    store = ZooKeeperMetadataStore(server.hosts, "/down", session_timeout_ms=2000)
+    try:
+        server.stop()
+        t0 = time.monotonic()
+        with pytest.raises(MetadataStoreUnavailableError, match="unreachable"):
+            store.topics()
+        assert time.monotonic() - t0 < store.retry_deadline + 5
+    finally:
+        store.close()

@@ -79,6 +79,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.root = "/" + chroot.strip("/") if chroot.strip("/") else ""
         self.session_timeout = session_timeout_ms / 1000.0
         self.retry_deadline = max(10.0, 2 * self.session_timeout)
+        self.op_timeout = max(2.0, self.session_timeout)
         self._zk = KazooClient(
             hosts=hosts,
             timeout=self.session_timeout,
@@ -92,15 +93,16 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise MetadataStoreUnavailableError(
                 f"ZooKeeper ensemble {hosts} did not answer within {connect_timeout:g} s"
             ) from None
+        self._z = _Bounded(self._zk, self.op_timeout)
         self._lock = threading.Lock()
         self._closed = False
         self._counter = 0
         self._registered: dict[int, BrokerRegistration] = {}
         self._zk.add_listener(self._on_state)
         for path in ("/brokers/ids", "/brokers/topics", "/cluster"):
-            self._call(self._zk.ensure_path, self._p(path))
+            self._call(self._z.ensure_path, self._p(path))
         try:
-            self._call(self._zk.create, self._p("/metadata_version"), b"0")
+            self._call(self._z.create, self._p("/metadata_version"), b"0")
         except NodeExistsError:
             pass
         self._zk.DataWatch(self._p("/metadata_version"), self._on_watch)
@@ -135,7 +137,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         t = self._zk.transaction()
         build(t)
         t.set_data(self._p("/metadata_version"), str(int(time.time() * 1000)).encode())
-        results = t.commit()
+        results = self._z.wait(t.commit_async())
         errors = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if errors:
             raise errors[0]
@@ -151,13 +153,13 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         def op() -> str:
             try:
-                data, _ = self._zk.get(path)
+                data, _ = self._z.get(path)
             except NoNodeError:
                 try:
-                    self._zk.create(path, _dump({"version": "1", "id": new_cluster_id()}))
+                    self._z.create(path, _dump({"version": "1", "id": new_cluster_id()}))
                 except NodeExistsError:
                     pass
-                data, _ = self._zk.get(path)
+                data, _ = self._z.get(path)
             return json.loads(data)["id"]
 
         return self._call(op)
@@ -183,7 +185,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         data = self._registration_bytes(registration)
 
         def op() -> None:
-            stat = self._zk.exists(path)
+            stat = self._z.exists(path)
 
             def build(t: Any) -> None:
                 if stat is not None:
@@ -213,7 +215,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if reg is None:
             return
         path = self._p(f"/brokers/ids/{broker_id}")
-        stat = self._call(self._zk.exists, path)
+        stat = self._call(self._z.exists, path)
         if stat is None or stat.ephemeralOwner != self._session_id():
             self.register_broker(reg)
 
@@ -222,7 +224,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         path = self._p(f"/brokers/ids/{broker_id}")
 
         def op() -> None:
-            stat = self._zk.exists(path)
+            stat = self._z.exists(path)
             holder = self._controller_node()
             if stat is None and holder is None:
                 return
@@ -244,12 +246,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         base = self._p("/brokers/ids")
 
         def op() -> dict[int, BrokerRegistration]:
-            ids = sorted(int(c) for c in self._zk.get_children(base))
+            ids = sorted(int(c) for c in self._z.get_children(base))
             asyncs = [(i, self._zk.get_async(f"{base}/{i}")) for i in ids]
             out = {}
             for i, a in asyncs:
                 try:
-                    data, _ = a.get(timeout=self.retry_deadline)
+                    data, _ = self._z.wait(a)
                 except NoNodeError:
                     continue
                 d = json.loads(data)
@@ -262,7 +264,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _controller_node(self) -> tuple[int, int, int] | None:
         """(broker id, znode version, session owner) of /controller, or None."""
         try:
-            data, stat = self._zk.get(self._p("/controller"))
+            data, stat = self._z.get(self._p("/controller"))
         except NoNodeError:
             return None
         return json.loads(data)["brokerid"], stat.version, stat.ephemeralOwner
@@ -277,7 +279,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             holder = self._controller_node()
             if holder is not None:
                 return holder[0] == broker_id and holder[2] == self._session_id()
-            reg = self._zk.exists(reg_path)
+            reg = self._z.exists(reg_path)
             if reg is None:
                 return False
 
@@ -298,7 +300,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def controller_id(self) -> int | None:
         def op() -> int | None:
             holder = self._controller_node()
-            if holder is None or self._zk.exists(self._p(f"/brokers/ids/{holder[0]}")) is None:
+            if holder is None or self._z.exists(self._p(f"/brokers/ids/{holder[0]}")) is None:
                 return None
             return holder[0]
 
@@ -325,15 +327,15 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _read_topics(self) -> dict[str, TopicState]:
         base = self._p("/brokers/topics")
-        names = sorted(self._zk.get_children(base))
+        names = sorted(self._z.get_children(base))
         tops = {n: self._zk.get_async(f"{base}/{n}") for n in names}
         parts = {n: self._zk.get_children_async(f"{base}/{n}/partitions") for n in names}
         out: dict[str, TopicState] = {}
         states: dict[str, list] = {}
         for n in names:
             try:
-                data, _ = tops[n].get(timeout=self.retry_deadline)
-                children = parts[n].get(timeout=self.retry_deadline)
+                data, _ = self._z.wait(tops[n])
+                children = self._z.wait(parts[n])
             except NoNodeError:
                 continue
             d = json.loads(data)
@@ -342,7 +344,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         for n, asyncs in states.items():
             for a in asyncs:
                 try:
-                    data, _ = a.get(timeout=self.retry_deadline)
+                    data, _ = self._z.wait(a)
                 except NoNodeError:
                     continue
                 out[n].partitions.append(PartitionState(**json.loads(data)))
@@ -356,9 +358,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         def op() -> dict[str, TopicState]:
             result: dict[str, TopicState] = {}
             for _ in range(20):
-                before = self._zk.exists(mv)
+                before = self._z.exists(mv)
                 result = self._read_topics()
-                after = self._zk.exists(mv)
+                after = self._z.exists(mv)
                 if before is not None and after is not None and before.version == after.version:
                     return result
             return result
@@ -384,7 +386,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 self._commit(build)
             except NodeExistsError:
                 try:
-                    stored, _ = self._zk.get(path)
+                    stored, _ = self._z.get(path)
                 except NoNodeError:
                     raise _Retry from None
                 if json.loads(stored)["topic_id"] == topic.topic_id:
@@ -400,9 +402,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         def op() -> None:
             nonlocal maybe_committed
             try:
-                parts = self._zk.get_children(path + "/partitions")
+                parts = self._z.get_children(path + "/partitions")
             except NoNodeError:
-                if self._zk.exists(path) is None:
+                if self._z.exists(path) is None:
                     if maybe_committed:
                         return  # our own commit, whose answer was lost
                     raise UnknownTopicError(name) from None
@@ -412,7 +414,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 for p in parts:
                     t.delete(self._state_path(name, int(p)))
                     t.delete(f"{path}/partitions/{p}")
-                if self._zk.exists(path + "/partitions") is not None:
+                if self._z.exists(path + "/partitions") is not None:
                     t.delete(path + "/partitions")
                 t.delete(path)
 
@@ -431,7 +433,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         def op() -> None:
             try:
-                data, stat = self._zk.get(path)
+                data, stat = self._z.get(path)
             except NoNodeError:
                 raise UnknownTopicError(name) from None
             d = json.loads(data)
@@ -451,8 +453,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         def op() -> None:
             nonlocal maybe_committed
             try:
-                _, stat = self._zk.get(path)
-                existing = len(self._zk.get_children(path + "/partitions"))
+                _, stat = self._z.get(path)
+                existing = len(self._z.get_children(path + "/partitions"))
             except NoNodeError:
                 raise UnknownTopicError(name) from None
             want = list(range(existing, existing + len(partitions)))
@@ -485,7 +487,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         def op() -> bool:
             nonlocal maybe_committed
             try:
-                data, stat = self._zk.get(path)
+                data, stat = self._z.get(path)
             except NoNodeError:
                 raise UnknownTopicError(f"{topic}-{state.partition}") from None
             stored = json.loads(data)
@@ -520,16 +522,16 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         def op() -> int:
             try:
-                data, stat = self._zk.get(path)
+                data, stat = self._z.get(path)
             except NoNodeError:
                 try:
-                    self._zk.create(path, _dump({"version": 1, "next": count}))
+                    self._z.create(path, _dump({"version": 1, "next": count}))
                     return 0
                 except NodeExistsError:
                     raise _Retry from None
             first = json.loads(data)["next"]
             try:
-                self._zk.set(path, _dump({"version": 1, "next": first + count}), version=stat.version)
+                self._z.set(path, _dump({"version": 1, "next": first + count}), version=stat.version)
             except BadVersionError:
                 raise _Retry from None
             return first
@@ -545,6 +547,40 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._zk.stop()
         finally:
             self._zk.close()
+
+
+class _Bounded:
+    """kazoo's calls with a bound: a request queued while the connection is down would otherwise
+    wait for the ensemble forever. No answer within `timeout` counts as a connection loss (the
+    request may still run later, like any request whose answer was lost)."""
+
+    def __init__(self, zk: KazooClient, timeout: float) -> None:
+        self.zk = zk
+        self.timeout = timeout
+
+    def wait(self, result: Any) -> Any:
+        try:
+            return result.get(timeout=self.timeout)
+        except KazooTimeoutError:
+            raise ConnectionLoss(f"no answer from ZooKeeper within {self.timeout:g} s") from None
+
+    def get(self, path: str) -> Any:
+        return self.wait(self.zk.get_async(path))
+
+    def exists(self, path: str) -> Any:
+        return self.wait(self.zk.exists_async(path))
+
+    def get_children(self, path: str) -> list[str]:
+        return self.wait(self.zk.get_children_async(path))
+
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False) -> str:
+        return self.wait(self.zk.create_async(path, value, ephemeral=ephemeral))
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Any:
+        return self.wait(self.zk.set_async(path, value, version=version))
+
+    def ensure_path(self, path: str) -> Any:
+        return self.wait(self.zk.ensure_path_async(path))
 
 
 class _Retry(Exception):
