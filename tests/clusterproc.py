@@ -18,6 +18,7 @@ class ClusterProcess:
     def __init__(self, root: Path, brokers: int = 3, racks: list[str] | None = None, metadata: str | None = None,
                  settings: dict | None = None) -> None:
         self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
         self.metadata = metadata or f"local://{self.root / 'metadata.db'}"
         self.settings = {**FAST_FAILOVER, **(settings or {})}
         self.brokers: list[BrokerProcess] = []

@@ -34,6 +34,7 @@ BROKER_SETTINGS_DOC = {
     "replica_fetch_wait_max_ms": "How long a follower's fetch waits at the leader for new data (replica.fetch.wait.max.ms).",
     "replica_fetch_max_bytes": "Bytes a follower asks for per partition and fetch (replica.fetch.max.bytes).",
     "log_placement_constraints": "Cluster default replica placement JSON for new topics (Confluent's log.placement.constraints).",
+    "follower_fetching": "Send consumers that set client.rack to an in-sync replica (or caught-up observer) in their rack, KIP-392 (replica.selector.class=RackAwareReplicaSelector).",
     "auto_leader_rebalance_enable": "Move leadership back to preferred replicas when brokers are imbalanced (auto.leader.rebalance.enable).",
     "leader_imbalance_per_broker_percentage": "Allowed share of a broker's partitions led elsewhere before a rebalance (leader.imbalance.per.broker.percentage).",
     "leader_imbalance_check_interval_seconds": "How often the controller checks leader imbalance (leader.imbalance.check.interval.seconds).",
@@ -66,6 +67,7 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1_048_576
     log_placement_constraints: str | None = None
     auto_leader_rebalance_enable: bool = True
+    follower_fetching: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
     topic_defaults: LogConfig = field(default_factory=LogConfig)

@@ -178,6 +178,7 @@ class ReplicaFetcher:
             if r.log_start_offset > p.log.log_start_offset and r.log_start_offset <= p.log.log_end_offset:
                 p.log.maybe_increment_log_start_offset(r.log_start_offset)
             p.high_watermark = min(r.high_watermark, p.log.log_end_offset)
+            self.manager._wake(key)  # consumers fetching from this follower (KIP-392)
         elif r.error_code == ErrorCode.offset_out_of_range:
             if p.log.log_end_offset < r.log_start_offset:
                 log.warning("%s: behind the leader's log start %d: starting over there", p, r.log_start_offset)

@@ -38,6 +38,7 @@ class ReadOutcome:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes | None = None
+    preferred_read_replica: int = -1
 
 
 class ReplicaManager:
@@ -174,11 +175,20 @@ class ReplicaManager:
     # --- fetch -----------------------------------------------------------------------------
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, min_one_batch: bool,
-             replica_id: int = -1, current_leader_epoch: int = -1) -> ReadOutcome:
-        p, error = self.leader_partition(topic, partition, current_leader_epoch)
-        if p is None:
-            return ReadOutcome(error)
+             replica_id: int = -1, current_leader_epoch: int = -1, client_rack: str | None = None,
+             from_follower: bool = False) -> ReadOutcome:
+        """A fetch by a follower (replica_id >= 0) or a consumer. Consumers read up to the high
+        watermark; with `from_follower` (Fetch v11+, KIP-392) a follower or observer serves them
+        too, and a leader sends a consumer with a `client_rack` to an in-sync replica in its rack."""
         follower = replica_id >= 0
+        p = self.partitions.get((topic, partition))
+        if p is not None and not p.is_leader and not follower and from_follower:
+            if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:
+                return ReadOutcome(ErrorCode.fenced_leader_epoch if current_leader_epoch < p.leader_epoch else ErrorCode.unknown_leader_epoch)
+        else:
+            p, error = self.leader_partition(topic, partition, current_leader_epoch)
+            if p is None:
+                return ReadOutcome(error)
         if follower:
             p.record_follower_fetch(replica_id, offset)
             self._maybe_expand_isr(p)
@@ -186,6 +196,10 @@ class ReplicaManager:
                 self._wake((topic, partition))
         hw = p.high_watermark
         start = p.log.log_start_offset
+        if p.is_leader and client_rack and from_follower and self.broker.config.follower_fetching:
+            preferred = self._replica_in_rack(p, client_rack)
+            if preferred is not None and preferred != self.broker_id:
+                return ReadOutcome(ErrorCode.none, hw, start, None, preferred)
         try:
             data = p.log.read(offset, max_bytes, max_offset=None if follower else hw, min_one_batch=min_one_batch)
         except OffsetOutOfRangeError:
@@ -194,6 +208,20 @@ class ReplicaManager:
             log.error("storage error reading %s-%d: %s", topic, partition, e)
             return ReadOutcome(ErrorCode.kafka_storage_error, hw, start)
         return ReadOutcome(ErrorCode.none, hw, start, data)
+
+    def _replica_in_rack(self, p: Partition, rack: str) -> int | None:
+        """Kafka's RackAwareReplicaSelector: the leader if it is in the rack, else the most caught-up
+        live replica there that is in the ISR or (an observer) has reached the high watermark."""
+        brokers = self.image.brokers if self.image else {}
+        if brokers.get(self.broker_id) and brokers[self.broker_id].rack == rack:
+            return self.broker_id
+        candidates = [
+            (progress.log_end_offset, r)
+            for r, progress in p.replicas.items()
+            if r in brokers and brokers[r].rack == rack
+            and (r in p.state.isr or progress.log_end_offset >= p.high_watermark)
+        ]
+        return max(candidates)[1] if candidates else None
 
     async def wait_for_append(self, keys: list[tuple[str, int]], timeout: float) -> None:
         """Return when any of the partitions gets new data or a new high watermark, or after `timeout` s."""

@@ -18,7 +18,7 @@ async def handle(ctx, request) -> dict:
     wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
     deadline = time.monotonic() + request.max_wait.total_seconds()
     while True:
-        responses, total = _read_all(replicas, request, wanted)
+        responses, total = _read_all(replicas, request, wanted, ctx.api_version >= 11)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or not wanted:
             break
@@ -26,14 +26,16 @@ async def handle(ctx, request) -> dict:
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
 
 
-def _read_all(replicas, request, wanted) -> tuple[list[dict], int]:
+def _read_all(replicas, request, wanted, from_follower: bool) -> tuple[list[dict], int]:
+    rack = getattr(request, "rack_id", None) or None
     budget = request.max_bytes
     total = 0
     by_topic: dict[str, list[dict]] = {}
     for topic, p in wanted:
         limit = min(p.partition_max_bytes, budget)
         outcome = replicas.read(topic, p.partition, p.fetch_offset, max(limit, 0), min_one_batch=total == 0,
-                                replica_id=request.replica_id, current_leader_epoch=getattr(p, "current_leader_epoch", -1))
+                                replica_id=request.replica_id, current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                                client_rack=rack, from_follower=from_follower)
         records = outcome.records or b""
         total += len(records)
         budget -= len(records)
@@ -45,7 +47,7 @@ def _read_all(replicas, request, wanted) -> tuple[list[dict], int]:
                 "last_stable_offset": outcome.high_watermark,
                 "log_start_offset": outcome.log_start_offset,
                 "aborted_transactions": [] if request.isolation_level == 1 else None,
-                "preferred_read_replica": -1,
+                "preferred_read_replica": outcome.preferred_read_replica,
                 "records": records,
             }
         )
