@@ -25,8 +25,9 @@ children of `/brokers/ids` (liveness) or `/controller` change, and on every conn
 change. It moves within milliseconds of a change made elsewhere (when the watch fires), only
 grows, and is comparable only with earlier values from the same store object.
 
-Connection loss: kazoo reconnects by itself; each operation is retried on connection loss for up
-to `max(10 s, 2 × session timeout)` and then raises `MetadataStoreUnavailableError`. If the
+Connection loss: kazoo reconnects by itself; every request waits at most `max(2 s, session
+timeout)` for its answer, and each operation is retried on connection loss for up to
+`max(10 s, 2 × session timeout)` and then raises `MetadataStoreUnavailableError`. If the
 session expired meanwhile, the next `heartbeat` writes the registration again. A start that
 cannot reach the ensemble within `connect_timeout` raises `MetadataStoreUnavailableError`.
 """
