@@ -50,12 +50,13 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         cfg = self.config
+        # Recover the logs before joining the cluster: a broker is live only once it can serve.
+        topics = self.control.image().topics
+        self.logs.load_all({name: self.control.log_config(t.configs) for name, t in topics.items()})
         host, port = cfg.advertised_host_port
         self.control.register(BrokerInfo(cfg.broker_id, host, port, cfg.rack))
-        image = self.control.image()
-        self.logs.load_all({name: self.control.log_config(t.configs) for name, t in image.topics.items()})
-        self._apply(image)
-        log.info("loaded %d partitions of %d topics in %.2fs", len(self.replicas.partitions), len(image.topics), time.monotonic() - started)
+        self._apply(self.control.image())
+        log.info("loaded %d partitions of %d topics in %.2fs", len(self.replicas.partitions), len(self.image.topics), time.monotonic() - started)
         self.groups.start()
         await self.server.start()
         self._tasks = [

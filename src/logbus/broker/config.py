@@ -61,7 +61,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     metadata: str | None = None
-    session_timeout_ms: int = 6000
+    session_timeout_ms: int = 3000
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1_048_576
