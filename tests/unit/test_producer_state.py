@@ -1,6 +1,5 @@
 """Idempotent producer state of a partition log: sequence rules, duplicates, snapshots, recovery."""
 
-import os
 
 import pytest
 

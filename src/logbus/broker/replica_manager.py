@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from logbus.broker.partition import Partition
 from logbus.broker.topics import MetadataImage, PartitionState, TopicState
@@ -18,6 +19,9 @@ from logbus.protocol.errors import ErrorCode
 from logbus.protocol.records import InvalidRecordError, parse_batches
 from logbus.storage.log import OffsetOutOfRangeError
 from logbus.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from logbus.broker.replica_fetcher import ReplicaFetcher
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from logbus.protocol.records import (
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,

@@ -38,6 +38,21 @@ def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
                 "documentation": definition.doc,
             }
         )
+    placement = overrides.get(PLACEMENT_CONFIG) or broker.config.log_placement_constraints
+    if placement:
+        entries.append(
+            {
+                "name": PLACEMENT_CONFIG,
+                "value": placement,
+                "read_only": False,
+                "config_source": DYNAMIC_TOPIC_CONFIG if PLACEMENT_CONFIG in overrides else STATIC_BROKER_CONFIG,
+                "is_default": False,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": CONFIG_TYPES["string"],
+                "documentation": "Replica placement constraints (JSON): sync replicas and observers by rack.",
+            }
+        )
     return entries
 
 

@@ -5,7 +5,6 @@ with data gets at least one whole batch even if it is larger than the limits, so
 never get stuck behind a large batch.
 """
 
-import asyncio
 import time
 
 from logbus.protocol.errors import ErrorCode
