@@ -195,7 +195,7 @@ class ReplicaManager:
                 return ReadOutcome(error)
         if follower:
             p.record_follower_fetch(replica_id, offset)
-            self._maybe_expand_isr(p)
+            self._maybe_expand_isr(p, replica_id)
             if p.maybe_advance_high_watermark():
                 self._wake((topic, partition))
         hw = p.high_watermark
@@ -260,8 +260,10 @@ class ReplicaManager:
 
     # --- ISR -------------------------------------------------------------------------------
 
-    def _maybe_expand_isr(self, p: Partition) -> None:
-        joining = p.isr_candidates_to_add()
+    def _maybe_expand_isr(self, p: Partition, replica_id: int) -> None:
+        # only the follower that is fetching now may join (Kafka's maybeExpandIsr(replica)): a dead
+        # follower's last fetch position must not bring it back after the controller removed it
+        joining = [r for r in p.isr_candidates_to_add() if r == replica_id]
         if joining:
             self._change_isr(p, p.state.isr + joining, f"{joining} caught up")
 
