@@ -1,0 +1,28 @@
+"""Prometheus metrics of one gateway process, served at /metrics (names start with `logbus_gateway_`)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        p = "logbus_gateway_"
+        self.http = Counter(p + "http_requests", "HTTP requests by route, method and status", ["route", "method", "status"], registry=r)
+        self.chunks = Counter(p + "chunks", "Write-session chunks by outcome (written, skipped, failed)", ["outcome"], registry=r)
+        self.bytes_written = Counter(p + "written_bytes", "Data bytes of chunks written through write sessions", registry=r)
+        self.session_opens = Counter(p + "session_opens", "Write sessions opened, by how the last seqno was found (memory, recovered)", ["path"], registry=r)
+        self.session_open_seconds = Histogram(p + "session_open_seconds", "Time to open a write session (fencing and recovery)",
+                                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.recovery_records = Counter(p + "recovery_records", "Records read from partitions to recover last seqnos", registry=r)
+        self.fenced = Counter(p + "fenced_writes", "Writes refused because a newer session owns the source", registry=r)
+        self.releases = Counter(p + "releases", "Previous owners made final at a session open, by outcome (released, gone, refused, lease)", ["outcome"], registry=r)
+        self.failovers = Counter(p + "failovers", "Sources re-pinned to another partition (at open, or while writing)", ["where"], registry=r)
+        self.txn = Counter(p + "batch_operations", "Batch-transaction calls (store, commit_request, commit)", ["op"], registry=r)
+        self.push = Counter(p + "push_records", "Push delivery: records delivered and failed attempts", ["outcome"], registry=r)
+        self.sourceless = Counter(p + "sourceless_records", "Records written without a source", registry=r)
+        self.index_records = Counter(p + "index_records", "Records read by the background seqno indexer", registry=r)
+        self.write_sessions = Gauge(p + "write_sessions", "Open write sessions", registry=r)
+        self.read_sessions = Gauge(p + "read_sessions", "Open read sessions", registry=r)
+        self.in_flight = Gauge(p + "producer_in_flight", "Records handed to the producer and not yet acknowledged", registry=r)
