@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from logbus.cli_deliver import add_deliver_parser
+from logbus.cli_gateway import add_gateway_parser
 from logbus.cli_groups import add_groups_parser
 from logbus.cli_produce import add_produce_parser
 from logbus.cli_topics import add_topics_parser
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_topics_parser(sub)
     add_groups_parser(sub)
     add_deliver_parser(sub)
+    add_gateway_parser(sub)
     add_produce_parser(sub)
 
     d = sub.add_parser("demo", help="the embedded default: a broker with a demo producer and consumer", description="Start an embedded broker, produce records with confluent-kafka, consume them back and check every one.")
