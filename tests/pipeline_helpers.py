@@ -37,6 +37,7 @@ class DeliverProcess:
     """`logbus deliver` as a real subprocess; kill() is SIGKILL."""
 
     def __init__(self, args: list[str], log_path: Path) -> None:
+        self.user_args = list(args)
         self.args = [sys.executable, "-m", "logbus.cli", "deliver", "--master", "local[2]", *args]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
