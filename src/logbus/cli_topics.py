@@ -11,12 +11,14 @@ import json
 import os
 import re
 import sys
+import time
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT_S = 15.0
 ERROR_PREFIX = "Error while executing topic command : "
+PLACEMENT_CONFIG = "confluent.placement.constraints"  # Confluent's topic config for replica placement
 
 
 class TopicCommandError(Exception):
@@ -43,7 +45,12 @@ def add_topics_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     action.add_argument("--alter", action="store_true", help="add partitions to topics or change their configs")
     t.add_argument("--topic", metavar="TOPIC", help="topic name; for --list, --describe, --alter and --delete a regular expression")
     t.add_argument("--partitions", type=int, metavar="N", help="partitions of the topic (--create), or the new total (--alter)")
-    t.add_argument("--replication-factor", type=int, metavar="N", help="replicas of each partition (--create)")
+    t.add_argument("--replication-factor", type=int, metavar="N", help="replicas of each partition (--create); not needed with --replica-placement")
+    t.add_argument(
+        "--replica-placement",
+        metavar="FILE",
+        help=f"replica placement constraints (Confluent's JSON: replicas and observers by rack), set as {PLACEMENT_CONFIG} (--create, --alter)",
+    )
     t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config override; repeatable (--create, --alter)")
     t.add_argument("--delete-config", action="append", default=[], metavar="KEY", help="remove a topic config override; repeatable (--alter)")
     t.add_argument("--if-exists", action="store_true", help="with --alter, --delete, --describe: do nothing if the topic does not exist")
@@ -82,15 +89,80 @@ def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> d
         parser.error("--if-exists can only be used with --alter, --delete or --describe")
     if args.if_not_exists and not args.create:
         parser.error("--if-not-exists can only be used with --create")
-    if args.alter and args.partitions is None and not args.config and not args.delete_config:
-        parser.error("--alter needs --partitions, --config or --delete-config")
+    if args.replica_placement is not None and not (args.create or args.alter):
+        parser.error("--replica-placement can only be used with --create or --alter")
+    if args.alter and args.partitions is None and not args.config and not args.delete_config and args.replica_placement is None:
+        parser.error("--alter needs --partitions, --config, --delete-config or --replica-placement")
     configs: dict[str, str] = {}
     for item in args.config:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             parser.error(f'invalid --config {item!r}: configs must be in the format "key=value"')
         configs[key.strip()] = value.strip()
+    if args.replica_placement is not None and PLACEMENT_CONFIG in configs:
+        parser.error(f"give the placement either with --replica-placement or with --config {PLACEMENT_CONFIG}=..., not both")
     return configs
+
+
+def read_placement_file(path: str) -> str:
+    """The placement JSON of FILE, validated like the broker does, as compact JSON for the topic config."""
+    from logbus.cluster.placement import InvalidPlacementError, parse_placement
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise TopicCommandError(f"cannot read the replica placement file {path}: {e.strerror or e}") from None
+    try:
+        parse_placement(text)
+    except InvalidPlacementError as e:
+        raise TopicCommandError(f"invalid replica placement in {path}: {e.message}") from None
+    return json.dumps(json.loads(text), separators=(",", ":"))
+
+
+def placement_racks(text: str | None) -> tuple[set[str], int] | None:
+    """(observer racks, synchronous replica count) of a placement config value, or None if there is none or it is invalid."""
+    if not text:
+        return None
+    from logbus.cluster.placement import InvalidPlacementError, parse_placement
+
+    try:
+        constraints = parse_placement(text)
+    except InvalidPlacementError:
+        return None
+    return {c.rack for c in constraints.observers}, constraints.replication_factor
+
+
+def observers_of(replicas: list[int], placement: tuple[set[str], int] | None, racks: dict[int, str | None]) -> list[int]:
+    """The observers among a partition's replicas.
+
+    The Kafka protocol has no observers field: a replica is an observer when its broker's rack is
+    one of the placement's observer racks (constraints never overlap, so this is exact). The rack of
+    a broker that is not live is unknown; such a replica is an observer when it stands after the
+    synchronous replicas, where placement puts observers.
+    """
+    if placement is None:
+        return []
+    observer_racks, sync_count = placement
+    if not observer_racks:
+        return []
+    found = []
+    for position, r in enumerate(replicas):
+        if r in racks:
+            if racks[r] in observer_racks:
+                found.append(r)
+        elif position >= sync_count:
+            found.append(r)
+    return found
+
+
+def broker_racks(admin, timeout: float = TIMEOUT_S) -> dict[int, str | None]:
+    """Racks of the live brokers (DescribeCluster); empty if the cluster does not say."""
+    try:
+        cluster = admin.describe_cluster(request_timeout=timeout).result(timeout=timeout + 5)
+    except Exception:  # noqa: BLE001 - racks only refine the observers; the caller falls back to positions
+        return {}
+    return {node.id: node.rack for node in cluster.nodes}
 
 
 def _topic_filter(pattern: str | None):
@@ -104,6 +176,32 @@ def _topic_filter(pattern: str | None):
     return lambda name: name == pattern or rx.fullmatch(name) is not None
 
 
+CONTROLLER_ATTEMPT_S = 5.0
+
+
+def waiting_for_controller(exc: BaseException) -> bool:
+    """librdkafka's error when the controller it knows of does not answer (it died; a new one may be elected)."""
+    return "waiting for controller" in str(exc)
+
+
+def with_controller_retry(make_admin, call, total_s: float = TIMEOUT_S):
+    """`call(admin)` for requests librdkafka sends to the controller.
+
+    A client keeps waiting for the controller it learnt of at start, even when that broker died and
+    another took over a moment later; a new client asks again. So: short attempts, a new client after
+    each attempt that timed out waiting for the controller, within `total_s`.
+    """
+    deadline = time.monotonic() + total_s
+    admin = make_admin()
+    while True:
+        try:
+            return call(admin)
+        except Exception as e:  # noqa: BLE001 - only the controller wait is retried
+            if not waiting_for_controller(e) or time.monotonic() + 1 >= deadline:
+                raise
+        admin = make_admin()
+
+
 def _kafka_message(exc: BaseException) -> str:
     """The broker's message from a confluent-kafka exception, without librdkafka's decoration."""
     from confluent_kafka import KafkaError, KafkaException
@@ -115,13 +213,16 @@ def _kafka_message(exc: BaseException) -> str:
 
 class _TopicCommand:
     def __init__(self, args: argparse.Namespace, configs: dict[str, str]) -> None:
-        from confluent_kafka.admin import AdminClient
-
         self.args = args
         self.configs = configs
         self.bootstrap = args.bootstrap_server
-        debug = getattr(args, "log_level", "INFO").upper() == "DEBUG"
-        self.admin = AdminClient(
+        self.admin = self._new_admin()
+
+    def _new_admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        debug = getattr(self.args, "log_level", "INFO").upper() == "DEBUG"
+        return AdminClient(
             {
                 "bootstrap.servers": self.bootstrap,
                 "socket.timeout.ms": int(TIMEOUT_S * 1000),
@@ -184,6 +285,8 @@ class _TopicCommand:
         from confluent_kafka.admin import NewTopic
 
         a = self.args
+        if a.replica_placement is not None:
+            self.configs[PLACEMENT_CONFIG] = read_placement_file(a.replica_placement)
         self._metadata()  # a clear message when the broker is unreachable
         new = NewTopic(
             a.topic,
@@ -223,7 +326,10 @@ class _TopicCommand:
         names = self._existing_or_fail(metadata)
         alive = set(metadata.brokers)
         ids = self._topic_ids(names)
-        configs = self._non_default_configs(names)
+        all_configs = self._configs(names)
+        configs = {name: _non_default(entries) for name, entries in all_configs.items()}
+        placements = {name: placement_racks(_value(entries, PLACEMENT_CONFIG)) for name, entries in all_configs.items()}
+        racks = broker_racks(self.admin) if any(placements.values()) else {}
         topics = []
         for name in names:
             tm = metadata.topics[name]
@@ -239,6 +345,7 @@ class _TopicCommand:
                         "replicas": list(pm.replicas),
                         "isr": list(pm.isrs),
                         "offline": [r for r in pm.replicas if r not in alive],
+                        "observers": observers_of(list(pm.replicas), placements.get(name), racks),
                     }
                 )
             topics.append(
@@ -248,10 +355,13 @@ class _TopicCommand:
                     "partition_count": len(partitions),
                     "replication_factor": len(partitions[0]["replicas"]) if partitions else 0,
                     "configs": configs.get(name, {}),
+                    "placement": placements.get(name) is not None,
                     "partitions": partitions,
                 }
             )
         if self.args.json:
+            for t in topics:
+                del t["placement"]
             self._print_json(topics)
             return 0
         for t in topics:
@@ -262,10 +372,13 @@ class _TopicCommand:
             )
             for p in t["partitions"]:
                 leader = "none" if p["leader"] is None else p["leader"]
-                print(
+                line = (
                     f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
                     f"Replicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}\tOffline: {_ids(p['offline'])}"
                 )
+                if t["placement"]:  # Confluent's tools print observers for topics with placement constraints
+                    line += f"\tObservers: {_ids(p['observers'])}"
+                print(line)
         return 0
 
     def _topic_ids(self, names: list[str]) -> dict[str, str]:
@@ -288,24 +401,14 @@ class _TopicCommand:
                 ids[name] = str(desc.topic_id)
         return ids
 
-    def _non_default_configs(self, names: list[str]) -> dict[str, dict[str, str]]:
-        from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+    def _configs(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """All config entries of each topic (DescribeConfigs), by name."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
 
         if not names:
             return {}
         resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
-        futures = self.admin.describe_configs(resources, request_timeout=TIMEOUT_S)
-        result: dict[str, dict[str, str]] = {}
-        for resource, future in futures.items():
-            entries = self._wait(future, f"describe the configs of {resource.name}")
-            result[resource.name] = {
-                e.name: e.value
-                for e in sorted(entries.values(), key=lambda e: e.name)
-                if not e.is_default
-                and getattr(e.source, "value", e.source) != ConfigSource.DEFAULT_CONFIG.value
-                and not e.is_sensitive
-            }
-        return result
+        return describe_topic_configs(self._new_admin, resources)
 
     def delete(self) -> int:
         names = self._existing_or_fail(self._metadata())
@@ -326,6 +429,8 @@ class _TopicCommand:
         from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
 
         a = self.args
+        if a.replica_placement is not None:
+            self.configs[PLACEMENT_CONFIG] = read_placement_file(a.replica_placement)
         metadata = self._metadata()
         names = self._existing_or_fail(metadata)
         report: dict[str, dict[str, Any]] = {name: {} for name in names}
@@ -351,6 +456,49 @@ class _TopicCommand:
             for name in names:
                 print(f"Altered topic {name}.")
         return 0
+
+
+def describe_topic_configs(make_admin, resources, tolerate_errors: bool = False) -> dict[str, dict[str, Any]]:
+    """DescribeConfigs of topics (librdkafka sends it to the controller), retried as `with_controller_retry` says.
+
+    With `tolerate_errors` a topic whose configs cannot be described (deleted meanwhile) gets {}.
+    """
+
+    def call(admin):
+        futures = admin.describe_configs(resources, request_timeout=CONTROLLER_ATTEMPT_S)
+        result = {}
+        for resource, future in futures.items():
+            try:
+                result[resource.name] = future.result(timeout=CONTROLLER_ATTEMPT_S + 5)
+            except FutureTimeoutError:
+                raise TopicCommandError(f"timed out waiting for the configs of {resource.name}") from None
+            except Exception as e:  # noqa: BLE001
+                if waiting_for_controller(e) or not tolerate_errors:
+                    raise
+                result[resource.name] = {}
+        return result
+
+    try:
+        return with_controller_retry(make_admin, call)
+    except TopicCommandError:
+        raise
+    except Exception as e:  # KafkaException carrying the broker's error
+        raise TopicCommandError(_kafka_message(e)) from None
+
+
+def _non_default(entries: dict[str, Any]) -> dict[str, str]:
+    from confluent_kafka.admin import ConfigSource
+
+    return {
+        e.name: e.value
+        for e in sorted(entries.values(), key=lambda e: e.name)
+        if not e.is_default and getattr(e.source, "value", e.source) != ConfigSource.DEFAULT_CONFIG.value and not e.is_sensitive
+    }
+
+
+def _value(entries: dict[str, Any], name: str) -> str | None:
+    entry = entries.get(name)
+    return None if entry is None else entry.value
 
 
 def _ids(values: list[int]) -> str:
