@@ -8,10 +8,12 @@ import logging
 import sys
 from pathlib import Path
 
+from logbus.cli_cluster import add_cluster_parser
 from logbus.cli_deliver import add_deliver_parser
 from logbus.cli_gateway import add_gateway_parser
 from logbus.cli_groups import add_groups_parser
 from logbus.cli_produce import add_produce_parser
+from logbus.cli_leader_election import add_leader_election_parser
 from logbus.cli_topics import add_topics_parser
 
 
@@ -26,6 +28,7 @@ def _broker_command(args: argparse.Namespace) -> int:
             advertised=args.advertised,
             data_dir=args.data_dir,
             rack=args.rack,
+            metadata=args.metadata,
             auto_create_topics=args.auto_create_topics,
         )
     except (OSError, ValueError) as e:
@@ -58,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--advertised", metavar="HOST:PORT", help="address given to clients (default: --listen)")
     b.add_argument("--data-dir", metavar="DIR", help="where logs and metadata live (default ./logbus-data)")
     b.add_argument("--rack", help="rack or region of this broker")
+    b.add_argument("--metadata", metavar="URL", help="metadata store: local:///path/metadata.db or zk://host:port/chroot (default local://DATA_DIR/metadata.db)")
     b.add_argument("--auto-create-topics", action=argparse.BooleanOptionalAction, default=None, help="create topics clients ask for (default off)")
     b.set_defaults(func=_broker_command)
 
@@ -66,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_deliver_parser(sub)
     add_gateway_parser(sub)
     add_produce_parser(sub)
+    add_cluster_parser(sub)
+    add_leader_election_parser(sub)
 
     d = sub.add_parser("demo", help="the embedded default: a broker with a demo producer and consumer", description="Start an embedded broker, produce records with confluent-kafka, consume them back and check every one.")
     d.add_argument("--records", type=int, default=200_000, help="records to produce and consume (default 200000)")
