@@ -28,6 +28,7 @@ class MessageCounter:
         self.blocked_s = 0.0          # total time input waited for the gap to fall
         self.blocked_now_since: float | None = None
         self._cond = threading.Condition()
+        self._sync_waiters = 0
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     def _room(self, size: int) -> bool:
@@ -55,6 +56,7 @@ class MessageCounter:
             start = time.monotonic()
             deadline = None if timeout is None else start + timeout
             self.blocked_now_since = self.blocked_now_since or start
+            self._sync_waiters += 1
             try:
                 while not self._room(size):
                     if closed():
@@ -66,6 +68,7 @@ class MessageCounter:
                 self._take(size)
                 return True
             finally:
+                self._sync_waiters -= 1
                 self.blocked_s += time.monotonic() - start
                 self.blocked_now_since = None
 
@@ -104,6 +107,8 @@ class MessageCounter:
             self.records -= 1
             self.bytes -= size
             self.resolved += 1
+            if not self._sync_waiters and not self._async_waiters:
+                return   # nobody waits: the common case, keep it cheap
             self._cond.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
         for loop, fut in waiters:
@@ -114,7 +119,11 @@ class MessageCounter:
 
     def wait_empty(self, timeout: float | None) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: self.records == 0, timeout)
+            self._sync_waiters += 1
+            try:
+                return self._cond.wait_for(lambda: self.records == 0, timeout)
+            finally:
+                self._sync_waiters -= 1
 
     def blocked_total_s(self) -> float:
         with self._cond:

@@ -179,15 +179,20 @@ class FailoverProducer:
             value = value.encode()
         if isinstance(key, str):
             key = key.encode()
-        hdrs = list(headers.items()) if isinstance(headers, dict) else list(headers) if headers else []
-        hdrs = [(k, v.encode() if isinstance(v, str) else v) for k, v in hdrs]
+        if headers:
+            hdrs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+            hdrs = [(k, v.encode() if isinstance(v, str) else v) for k, v in hdrs]
+        else:
+            hdrs = []
         stamp = self.settings.source_id is not None and not any(k == "lb.source" for k, _ in hdrs)
         try:
             view = self._view.topic(topic)
         except FailoverProducerError:   # UnknownTopicError, ClusterUnreachableError: not accepted
             self._m["rejected_at_input"] += 1
             raise
-        size = (len(value) if value else 0) + (len(key) if key else 0) + sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
+        size = (len(value) if value else 0) + (len(key) if key else 0)
+        if hdrs:
+            size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
         if stamp:   # lb.source / lb.seqno are added once the record is accepted, so seqnos have no gaps
             size += 17 + len(self.settings.source_id) + 20
         if size + _BATCH_OVERHEAD > view.max_message_bytes:
@@ -281,8 +286,9 @@ class FailoverProducer:
             self._view.mark_ok(rec.topic, rec.partition)
             self._m["acknowledged"] += 1
             self._counter.release(rec.size)
-            self._resolve(rec, None, Delivery(rec.topic, msg.partition(), msg.offset(), rec.key, rec.value,
-                                              rec.headers, rec.attempts, rec.failed_over))
+            if rec.callback is not None or rec.future is not None:
+                self._resolve(rec, None, Delivery(rec.topic, msg.partition(), msg.offset(), rec.key, rec.value,
+                                                  rec.headers, rec.attempts, rec.failed_over))
             return
         code = err.code()
         if self._closed:  # purged at close: reported to the caller, never silently dropped
@@ -390,6 +396,8 @@ class FailoverProducer:
         self._producer.flush(5)   # runs the purge reports
         for rec in self._failed.drain():
             self._fail(rec, DeliveryFailedError("not delivered before close(): no online partition took it", rec, None))
+        self._producer = None      # let librdkafka's handles go now, not whenever the object is collected
+        self._view.admin = None
         return self._take_kept()
 
     async def aclose(self, timeout: float = 30.0) -> list[DeliveryFailedError]:

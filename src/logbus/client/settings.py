@@ -21,7 +21,7 @@ class FailoverSettings:
     max_pending_bytes: int = 32 * 1024 * 1024
     failed_buffer_records: int | None = None  # default and minimum: max_pending_records
     # Cluster view.
-    metadata_refresh_s: float = 1.0         # Metadata round for the topics in use (and at once after errors)
+    metadata_refresh_s: float = 0.5         # Metadata round for the topics in use (and at once after errors)
     config_refresh_s: float = 30.0          # DescribeConfigs (min.insync.replicas, max.message.bytes)
     metadata_timeout_s: float = 5.0         # bound of one Metadata / DescribeConfigs call, and of the start check
     refused_hold_s: float = 1.0             # a partition that refused records stays out this long (doubling ...)
