@@ -36,6 +36,7 @@ class ReplicaFetcher:
         self.needs_truncation: set[tuple[str, int]] = set()
         self.paused_until: dict[tuple[str, int], float] = {}
         self._changed = asyncio.Event()
+        self._stopped = False
         self._task = asyncio.create_task(self._run())
         cfg = manager.broker.config
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
@@ -54,12 +55,14 @@ class ReplicaFetcher:
         self.paused_until.pop(key, None)
 
     def stop(self) -> None:
+        # the flag as well as the cancel: wait_for may swallow a cancellation that races its result
+        self._stopped = True
         self._task.cancel()
 
     async def _run(self) -> None:
         conn: KafkaConnection | None = None
         me = self.manager.broker_id
-        while True:
+        while not self._stopped:
             try:
                 if not self.partitions:
                     self._changed.clear()
@@ -75,9 +78,7 @@ class ReplicaFetcher:
                     await self._truncate(conn)
                 await self._fetch(conn)
             except asyncio.CancelledError:
-                if conn:
-                    conn.close()
-                raise
+                break
             except (OSError, ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError, EOFError) as e:
                 log.info("fetching from broker %d: %s; retrying", self.leader_id, e or type(e).__name__)
                 if conn:
@@ -90,6 +91,8 @@ class ReplicaFetcher:
                     conn.close()
                 conn = None
                 await asyncio.sleep(RETRY_BACKOFF_S)
+        if conn:
+            conn.close()
 
     def _active(self) -> list["Partition"]:
         now = time.monotonic()

@@ -208,7 +208,9 @@ class ControlPlane:
             elif election_type == UNCLEAN:
                 if state.leader in live:
                     return ErrorCode.election_not_needed, f"Partition {topic_name}-{index} has a live leader {state.leader}."
-                candidate = elections.clean_candidate(state, live) or elections.unclean_candidate(state, live)
+                candidate = elections.clean_candidate(state, live)
+                if candidate is None:
+                    candidate = elections.unclean_candidate(state, live)
                 if candidate is None:
                     return ErrorCode.eligible_leaders_not_available, "No replica of the partition is live."
                 new = elections.with_leader(state, candidate, live, unclean=candidate not in state.isr)
