@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MAX_IN_FLIGHT = 16  # requests of one connection handled at once (answers still go in order)
+RESPONSE_DRAIN_S = 60.0  # longest wait for answers owed when a connection ends
+
 
 class KafkaServer:
     def __init__(self, broker: "Broker") -> None:
@@ -41,27 +44,63 @@ class KafkaServer:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read requests as they come and answer them strictly in order.
+
+        Up to MAX_IN_FLIGHT requests of a connection are handled at once, so a produce waiting
+        for its acks=all replication does not hold back the next one (librdkafka pipelines up
+        to five). Handlers do their appends before their first await and tasks start in
+        creation order, so records still reach each log in request order.
+        """
         peer = writer.get_extra_info("peername")
         self._connections.add(writer)
         max_bytes = self.broker.config.socket_request_max_bytes
+        in_flight: asyncio.Queue = asyncio.Queue()
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        responder = asyncio.create_task(self._respond_in_order(in_flight, slots, writer))
         try:
-            while True:
-                frame = await read_frame(reader, max_bytes)
-                if frame is None:
-                    return
-                response = await self._handle(frame, peer)
+            try:
+                while not responder.done():
+                    frame = await read_frame(reader, max_bytes)
+                    if frame is None:
+                        break
+                    await slots.acquire()
+                    in_flight.put_nowait(asyncio.create_task(self._handle(frame, peer)))
+            except FrameError as e:
+                log.warning("closing connection from %s: %s", peer, e)
+            # answer what was read before the end (or the bad frame), then close
+            in_flight.put_nowait(None)
+            await asyncio.wait_for(responder, RESPONSE_DRAIN_S)
+        except (ConnectionError, asyncio.CancelledError, asyncio.TimeoutError):
+            pass
+        except Exception:
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            responder.cancel()
+            while not in_flight.empty():
+                task = in_flight.get_nowait()
+                if task is not None:
+                    task.cancel()
+            self._connections.discard(writer)
+            writer.close()
+
+    async def _respond_in_order(self, in_flight: asyncio.Queue, slots: asyncio.Semaphore, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            while (task := await in_flight.get()) is not None:
+                response = await task
+                slots.release()
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
-        except (FrameError, MalformedRequest, UnsupportedRequest) as e:
+        except (MalformedRequest, UnsupportedRequest) as e:
             log.warning("closing connection from %s: %s", peer, e)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
-        finally:
-            self._connections.discard(writer)
-            writer.close()
+        writer.close()  # ends the reading side too: a connection that failed a request is closed
+        for _ in range(MAX_IN_FLIGHT):
+            slots.release()  # a reader waiting for a slot sees the end instead
 
     async def _handle(self, frame: bytes, peer: object) -> bytes | None:
         api_key, version, correlation_id = peek_header(frame)
