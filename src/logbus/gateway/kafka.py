@@ -239,17 +239,15 @@ class PartitionScanner:
             "queued.max.messages.kbytes": 262144, "fetch.error.backoff.ms": 50,
         })
 
-    def _release(self, c: Consumer) -> None:
-        try:
-            c.unassign()
-        except KafkaException:
-            c.close()
-            return
-        with self._lock:
-            if len(self._pool) < 8:
-                self._pool.append(c)
-                return
-        c.close()
+    def _release(self, c: Consumer, assigned: bool = False) -> None:
+        # A consumer that had an assignment is closed, never reused: messages it fetched ahead for the old
+        # assignment must not be mistaken for records of the next range. Closing happens off the caller's path.
+        if not assigned:
+            with self._lock:
+                if len(self._pool) < 8:
+                    self._pool.append(c)
+                    return
+        threading.Thread(target=c.close, name="gateway-consumer-close", daemon=True).start()
 
     def watermarks(self, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
         c = self._consumer()
@@ -272,6 +270,8 @@ class PartitionScanner:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"reading {topic}[{partition}] {start}..{end} did not finish within {timeout}s (at {last})")
                 for msg in c.consume(10000, 0.5):
+                    if msg.partition() != partition or msg.topic() != topic:
+                        continue  # left over from an earlier assignment of this pooled consumer
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -305,7 +305,7 @@ class PartitionScanner:
                         found[s] = (seqno, off)
             return found
         finally:
-            self._release(c)
+            self._release(c, assigned=True)
 
     def read(self, topic: str, partition: int, start: int, max_bytes: int, wait_s: float,
              stop_at: int | None = None) -> tuple[list[ScannedRecord], int, int]:
@@ -331,6 +331,8 @@ class PartitionScanner:
                 if time.monotonic() > fetch_deadline:
                     break
                 for msg in c.consume(1000, 0.2):
+                    if msg.partition() != partition or msg.topic() != topic:
+                        continue  # left over from an earlier assignment of this pooled consumer
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -350,7 +352,7 @@ class PartitionScanner:
                     nxt = off + 1
             return out, nxt, high
         finally:
-            self._release(c)
+            self._release(c, assigned=True)
 
     def close(self) -> None:
         with self._lock:

@@ -81,6 +81,7 @@ class Gateway:
         self._token_cache: dict[str, str] = {}
         self._topic_cache: dict[tuple[str, str, str], TopicRecord] = {}
         self._tasks: list[asyncio.Task] = []
+        self._index_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self.ssl_context: ssl.SSLContext | None = None
         self.client_ssl: ssl.SSLContext | bool | None = None
 
@@ -174,6 +175,11 @@ class Gateway:
             except Exception as e:  # noqa: BLE001
                 log.warning("heartbeat failed: %s", e)
                 continue
+            if ok and t0 > self.lease_ok_until:
+                # The lease lapsed (store unreachable, or this process was paused): another gateway may have taken
+                # any source meanwhile without asking us. Forget every session; clients reopen and recover.
+                log.warning("the lease lapsed; closing all write sessions")
+                self.sessions.drop_all()
             if ok:
                 self.lease_ok_until = t0 + cfg.lease_ms / 2000
             else:
@@ -205,16 +211,21 @@ class Gateway:
                     log.warning("indexing %s[%d] failed: %s", topic, p, e)
                     self.sessions.written_partitions.add((topic, p))
 
+    def index_lock(self, topic: str, partition: int) -> asyncio.Lock:
+        return self._index_locks.setdefault((topic, partition), asyncio.Lock())
+
     async def index_partition(self, topic: str, p: int) -> int:
-        pos = await self.run_store(self.store.index_position, topic, p) or 0
-        low, high = await self.run_blocking(self.scanner.watermarks, topic, p)
-        start = max(pos, low)
-        if high <= start:
-            return 0
-        found = await self.run_blocking(self.scanner.scan_sources, topic, p, start, high)
-        await self.run_store(self.store.save_index, topic, p, high, found)
-        self.metrics.index_records.inc(high - start)
-        return high - start
+        """Bring the seqno index of a partition up to its high watermark (reads only what is past the position)."""
+        async with self.index_lock(topic, p):
+            pos = await self.run_store(self.store.index_position, topic, p) or 0
+            low, high = await self.run_blocking(self.scanner.watermarks, topic, p)
+            start = max(pos, low)
+            if high <= start:
+                return 0
+            found = await self.run_blocking(self.scanner.scan_sources, topic, p, start, high)
+            await self.run_store(self.store.save_index, topic, p, high, found)
+            self.metrics.index_records.inc(high - start)
+            return high - start
 
     async def _expiry_loop(self) -> None:
         while True:

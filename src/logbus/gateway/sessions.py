@@ -256,8 +256,11 @@ class SessionManager:
         online = th.online_partitions() or sorted(th.partitions)
         from logbus.gateway.kafka import stable_hash
 
+        # Two choices by hash of the source id, the less loaded one wins: balanced even when many sources open
+        # at once on several gateways (all reading the same counts), and stable for a given source.
         h = stable_hash(source)
-        choice = min(online, key=lambda p: (counts.get(p, 0), (p - h) % max(1, len(th.partitions))))
+        a, b = online[h % len(online)], online[(h // len(online) + 1) % len(online)]
+        choice = min((a, b), key=lambda p: (counts.get(p, 0), p))
         return await gw.run_store(gw.store.create_pin, topic.physical, source, choice)
 
     async def _recover(self, topic: TopicRecord, source: str, pin: Pin, generation: int) -> tuple[Pin, int]:
@@ -265,20 +268,25 @@ class SessionManager:
         t = topic.physical
         p = pin.partition
         th = await gw.run_blocking(gw.health.ensure, t)
-        entry = await gw.run_store(gw.store.index_entry, t, p, source)
-        last = max(pin.base_seqno, entry[0] if entry else -1)
-        leader_ok = th.partitions.get(p, (-1, ()))[0] >= 0
-        if leader_ok:
-            pos = await gw.run_store(gw.store.index_position, t, p) or 0
-            low, high = await gw.run_blocking(gw.scanner.watermarks, t, p)
-            start = max(pos, low)
-            if high > start:
-                found = await gw.run_blocking(gw.scanner.scan_sources, t, p, start, high)
-                gw.metrics.recovery_records.inc(high - start)
-                await gw.run_store(gw.store.save_index, t, p, high, found)
-                if source in found:
-                    last = max(last, found[source][0])
+        last = pin.base_seqno
+        if th.partitions.get(p, (-1, ()))[0] >= 0:
+            async with gw.index_lock(t, p):  # one scan per partition at a time; the next one reads only what is new
+                # Position and entry come from one snapshot: the entry covers the source's records below the
+                # position (they are saved together), and the scan covers the rest up to the high watermark.
+                pos, entry = await gw.run_store(gw.store.index_lookup, t, p, source)
+                low, high = await gw.run_blocking(gw.scanner.watermarks, t, p)
+                start = max(pos, low)
+                found = {}
+                if high > start:
+                    found = await gw.run_blocking(gw.scanner.scan_sources, t, p, start, high)
+                    gw.metrics.recovery_records.inc(high - start)
+                    await gw.run_store(gw.store.save_index, t, p, high, found)
+            last = max(last, entry[0] if entry else -1, found[source][0] if source in found else -1)
+            log.debug("recovered %s/%r on partition %d: index position %d, log [%d, %d), index entry %s, base %d -> last %d",
+                      t, source, p, pos, low, high, entry, pin.base_seqno, last)
         else:
+            entry = await gw.run_store(gw.store.index_entry, t, p, source)
+            last = max(last, entry[0] if entry else -1)
             log.warning("partition %s[%d] of source %r has no leader: recovery uses the index and the pin's base seqno", t, p, source)
         if not th.online(p):
             online = [q for q in th.online_partitions() if q != p]
@@ -499,6 +507,13 @@ class SessionManager:
         for st in list(self.states.values()):
             if st.pending and not st.failing_over and self.gw.health_offline(st.topic, st.partition):
                 self._start_failover(st, st.partition)
+
+    def drop_all(self) -> None:
+        """Forget every session (after the lease lapsed): later writes of these sessions get 404. The source states
+        are kept, marked broken, so a reopen here still waits for their writes in flight, then recovers."""
+        self.sessions.clear()
+        for st in self.states.values():
+            st.broken = st.broken or "the gateway's lease lapsed"
 
     def active_topics(self) -> list[str]:
         return sorted({st.topic for st in self.states.values()})

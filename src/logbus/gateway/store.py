@@ -103,6 +103,9 @@ class GatewayStore:
     # seqno index
     def index_position(self, topic: str, partition: int) -> int | None: raise NotImplementedError
     def index_entry(self, topic: str, partition: int, source: str) -> tuple[int, int] | None: raise NotImplementedError
+    def index_lookup(self, topic: str, partition: int, source: str) -> tuple[int, tuple[int, int] | None]:
+        """(position, entry) read together: the entry covers every record of the source below the position."""
+        raise NotImplementedError
     def save_index(self, topic: str, partition: int, position: int, entries: dict[str, tuple[int, int]]) -> None: raise NotImplementedError
     # push subscriptions
     def create_push(self, rec: PushRecord) -> bool: raise NotImplementedError
@@ -274,6 +277,17 @@ class SqliteGatewayStore(GatewayStore):
     def index_entry(self, topic: str, partition: int, source: str) -> tuple[int, int] | None:
         row = self._one("SELECT seqno, offset FROM index_entries WHERE topic=? AND partition=? AND source=?", (topic, partition, source))
         return (row[0], row[1]) if row else None
+
+    def index_lookup(self, topic: str, partition: int, source: str) -> tuple[int, tuple[int, int] | None]:
+        with self._lock:
+            self._db.execute("BEGIN")  # one read snapshot for both rows
+            try:
+                pos = self._db.execute("SELECT position FROM index_positions WHERE topic=? AND partition=?", (topic, partition)).fetchone()
+                row = self._db.execute("SELECT seqno, offset FROM index_entries WHERE topic=? AND partition=? AND source=?",
+                                       (topic, partition, source)).fetchone()
+            finally:
+                self._db.execute("COMMIT")
+        return (pos[0] if pos else 0), ((row[0], row[1]) if row else None)
 
     def save_index(self, topic: str, partition: int, position: int, entries: dict[str, tuple[int, int]]) -> None:
         def fn(db):
