@@ -29,8 +29,8 @@ class LoadStats:
 
 
 async def run_source(urls, token: str, topic: str, source: str, chunks: int, stats: LoadStats, *, batch: int = 20,
-                     window: int = 4, chunk_bytes: int = 100, disconnect_p: float = 0.02, deadline: float,
-                     rng: random.Random) -> None:
+                     window: int = 4, chunk_bytes: int = 100, disconnect_p: float = 0.02, pace_s: float = 0.0,
+                     deadline: float, rng: random.Random) -> None:
     acked_max = 0      # highest seqno answered written or skipped
     sent_max = 0       # highest seqno ever sent
     payload_pad = "x" * max(0, chunk_bytes - 24)
@@ -63,6 +63,8 @@ async def run_source(urls, token: str, topic: str, source: str, chunks: int, sta
                             sent_max = max(sent_max, hi)
                             nxt = hi + 1
                             outstanding += 1
+                            if pace_s:
+                                await asyncio.sleep(pace_s)
                         if disconnect_p and rng.random() < disconnect_p:
                             cut = True
                             break
@@ -73,6 +75,7 @@ async def run_source(urls, token: str, topic: str, source: str, chunks: int, sta
                         if body.get("type") != "ack":
                             break  # fenced, broken, shutting down: reconnect
                         outstanding -= 1
+                        failed = False
                         for r in body["results"]:
                             if r["status"] == "written":
                                 stats.written += 1
@@ -82,7 +85,10 @@ async def run_source(urls, token: str, topic: str, source: str, chunks: int, sta
                                 stats.skipped += 1
                                 acked_max = max(acked_max, r["seqno"])
                             else:
-                                break
+                                failed = True  # not written: reconnect and resume from the last seqno
+                        if failed:
+                            stats.failures += 1
+                            break
                     if cut:
                         stats.disconnects += 1
                         # an abrupt cut: drop the connection without a close handshake
