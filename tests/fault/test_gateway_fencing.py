@@ -38,20 +38,24 @@ def test_release_waits_for_writes_in_flight_at_the_previous_owner(broker, gatewa
             await api_a.ok("POST", f"/v1/sessions/{s['session_id']}/write", {"chunks": [{"seqno": q, "data": "a"} for q in range(1, 101)]})
             # the broker pauses: A's next writes stay in flight
             os.kill(broker.proc.pid, signal.SIGSTOP)
+            done_at = {}
+
+            async def timed(name, coro):
+                result = await coro
+                done_at[name] = time.monotonic()
+                return result
+
             try:
-                pending = asyncio.ensure_future(api_a.call("POST", f"/v1/sessions/{s['session_id']}/write",
-                                                           {"chunks": [{"seqno": q, "data": "a"} for q in range(101, 121)]}))
+                pending = asyncio.ensure_future(timed("a", api_a.call("POST", f"/v1/sessions/{s['session_id']}/write",
+                                                           {"chunks": [{"seqno": q, "data": "a"} for q in range(101, 121)]})))
                 await asyncio.sleep(0.5)
-                opening = asyncio.ensure_future(api_b.call("POST", "/v1/sessions", {"topic": TOPIC, "source_id": "x"}))
+                opening = asyncio.ensure_future(timed("b", api_b.call("POST", "/v1/sessions", {"topic": TOPIC, "source_id": "x"})))
                 await asyncio.sleep(1.0)
                 # A refuses new writes for the source at once
                 status, body = await api_a.call("POST", f"/v1/sessions/{s['session_id']}/write", {"seqno": 121, "data": "late"})
                 assert status == 409 and body["error"] == "fenced"
             finally:
                 os.kill(broker.proc.pid, signal.SIGCONT)
-            done_at = {}
-            pending.add_done_callback(lambda f: done_at.setdefault("a", time.monotonic()))
-            opening.add_done_callback(lambda f: done_at.setdefault("b", time.monotonic()))
             status, written = await pending
             status_b, opened = await opening
             assert done_at["a"] <= done_at["b"], "B answered before A's writes in flight were final"
