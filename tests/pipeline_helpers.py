@@ -9,16 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 
 def spark_session():
-    pytest.importorskip("pyspark")
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     from pyspark.sql import SparkSession
 
+    from logbus.pipeline import prepare_spark_environment
     from logbus.pipeline.source import register
 
+    prepare_spark_environment()
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("logbus-tests")

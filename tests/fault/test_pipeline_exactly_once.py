@@ -9,8 +9,6 @@ import time
 
 import pytest
 
-pytest.importorskip("pyspark")
-
 from pipeline_data import create_topic, produce_dataset  # noqa: E402
 from pipeline_helpers import DeliverProcess, spark_session  # noqa: E402
 

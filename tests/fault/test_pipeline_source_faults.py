@@ -8,8 +8,6 @@ import time
 
 import pytest
 
-pytest.importorskip("pyspark")
-
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from pipeline_data import create_topic  # noqa: E402
 from pipeline_helpers import spark_session  # noqa: E402
@@ -107,7 +105,7 @@ def test_range_deleted_by_retention(broker_factory, spark, tmp_path, fail):
         with pytest.raises(Exception) as err:
             q.awaitTermination(120)
         text = str(err.value)
-        assert f"offsets [0, " in text and "were deleted before they were read" in text and "failOnDataLoss to false" in text
+        assert "offsets [0, " in text and "were deleted before they were read" in text and "failOnDataLoss to false" in text
     else:
         assert q.awaitTermination(120)
         assert q.exception() is None

@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("pyspark")
-
 from pipeline_data import create_topic, produce_dataset  # noqa: E402
 from pipeline_helpers import DeliverProcess, spark_session  # noqa: E402
 
@@ -58,7 +56,7 @@ def test_deliver_parquet_available_now(broker, spark, tmp_path):
 
 
 def test_deliver_delta(broker, tmp_path):
-    deltalake = pytest.importorskip("deltalake")
+    import deltalake
     topic = "dc1.acme.web.delta"
     create_topic(broker.bootstrap, topic, 2)
     ds = produce_dataset(broker.bootstrap, topic, 2, 3000, sources=10, repeat_every=10, txn_every=1000, txn_size=5, malformed_every=1000)

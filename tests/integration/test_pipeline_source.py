@@ -8,8 +8,6 @@ import time
 
 import pytest
 
-pytest.importorskip("pyspark")
-
 from brokerproc import BrokerProcess  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402

@@ -128,12 +128,13 @@ class DeliveryJob:
             spark.stop()
 
     def spark(self):
-        # pandas in PySpark's own workers warns about concatenating all-NA columns; the columns are fine.
-        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
         from pyspark.sql import SparkSession
+
+        from logbus.pipeline import prepare_spark_environment
 
         from logbus.pipeline.source import register
 
+        prepare_spark_environment()
         b = (
             SparkSession.builder.master(self.cfg.master)
             .appName("logbus deliver")
