@@ -142,7 +142,8 @@ def _produce_failover(args, headers, sep, stdin) -> dict:
     source = args.source_id or f"{socket.gethostname()}-{os.getpid()}-{int(time.time() * 1000)}"
     errors: list[str] = []
     settings = FailoverSettings(bootstrap_servers=args.bootstrap_server, source_id=source, partitioner=args.partitioner,
-                                max_pending_records=args.max_pending, on_failure=lambda e: errors.append(str(e)))
+                                max_pending_records=args.max_pending, on_failure=lambda e: errors.append(str(e)),
+                                delivery_reports="errors")   # fire and forget: failures still come back
     producer = FailoverProducer(settings)
     read, error = 0, None
     try:

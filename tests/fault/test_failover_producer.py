@@ -452,3 +452,70 @@ def test_relay_commits_only_acknowledged_and_resumes_without_loss(broker):
     got = seqnos(read_all(broker.bootstrap, "dst", 2, n), "src")
     assert set(got) == set(range(n)), f"missing {sorted(set(range(n)) - set(got))[:5]}"
     print(f"\nrelay: {mid} source records committed before the kill; {sum(got.values()) - n} repeats after the restart")
+
+
+# -- delivery_reports="errors": fire and forget, only failures come back --------------------------------------
+def test_errors_only_mode_acknowledges_by_count_and_refuses_callbacks(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    create_topic(admin, "quiet", 4)
+    fo = FailoverProducer(bootstrap_servers=broker.bootstrap, delivery_reports="errors", max_pending_records=500)
+    with pytest.raises(ValueError, match="delivery_reports"):
+        fo.produce("quiet", b"x", on_delivery=lambda e, d: None)
+    with pytest.raises(ValueError, match="delivery_reports"):
+        asyncio.run(fo.send("quiet", b"x"))
+    n = 5000
+    for i in range(n):   # unkeyed, keyed, with headers; more than the counter limit, so input waits at times
+        fo.produce("quiet", b"q %d" % i, key=b"k%d" % (i % 9) if i % 3 == 0 else None,
+                   headers={"h": str(i)} if i % 5 == 0 else None)
+    assert fo.flush(30) == 0
+    m = fo.metrics()
+    assert m["accepted"] == n and m["acknowledged"] == n and m["failed"] == 0 and m["pending"] == 0, m
+    assert m["pending_bytes"] is None
+    assert fo.close(5) == []
+    msgs = read_all(broker.bootstrap, "quiet", 4, n)
+    assert sorted(m.value() for m in msgs) == sorted(b"q %d" % i for i in range(n))
+    assert all(dict(m.headers())["h"] == m.value()[2:] for m in msgs if m.headers())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_errors_only_mode_resends_refused_records_and_blocks_while_nothing_is_online(broker):
+    """Fire-and-forget records refused with NOT_ENOUGH_REPLICAS come back through the error report
+    alone (no per-record state was kept), wait in the failed buffer, and all arrive once the topic
+    takes writes again; meanwhile input blocks at the counter limit. DescribeConfigs is not re-read,
+    so the producer learns of the failure only from the refusals."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    create_topic(admin, "refusing", 3)
+    limit, total = 200, 600
+    fo = FailoverProducer(bootstrap_servers=broker.bootstrap, delivery_reports="errors", max_pending_records=limit,
+                          config_refresh_s=3600, metadata_refresh_s=0.3, refused_hold_s=0.5, refused_hold_max_s=2)
+    fo.produce("refusing", b"r 0")
+    assert fo.flush(10) == 0
+    set_topic_config(admin, "refusing", "min.insync.replicas", "2")
+    produced = []
+
+    def feed():
+        for i in range(1, total):
+            fo.produce("refusing", b"r %d" % i, key=b"k%d" % (i % 4) if i % 2 else None)
+            produced.append(i)
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and fo.metrics()["pending"] < limit:
+        time.sleep(0.1)
+    time.sleep(2)
+    m1 = fo.metrics()
+    assert t.is_alive(), "input should be blocked"
+    assert m1["pending"] == limit and m1["accepted"] == limit + 1, m1
+    assert m1["refusals"] > 0 and m1["resent"] > 0 and m1["failed"] == 0, m1
+    assert m1["failed_buffer_high_water"] <= limit and m1["blocked_s"] >= 1.5, m1
+    set_topic_config(admin, "refusing", "min.insync.replicas", "1")
+    t.join(60)
+    assert not t.is_alive()
+    assert fo.flush(60) == 0
+    m2 = fo.metrics()
+    assert fo.close(5) == []
+    assert m2["accepted"] == total and m2["acknowledged"] == total and m2["failed"] == 0, m2
+    msgs = read_all(broker.bootstrap, "refusing", 3, total)
+    assert {m.value() for m in msgs} == {b"r %d" % i for i in range(total)}

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -41,6 +42,7 @@ class TopicView:
     online: tuple[int, ...] = ()
     online_set: frozenset = frozenset()
     recheck_at: float = float("inf")   # when a penalty ends and the online list must be recomputed
+    chooser: Any = None                # the producer's partitioner for this topic
 
     @property
     def count(self) -> int:
@@ -63,6 +65,8 @@ class TopicView:
             online.append(p)
         gone = len(self.online_set - frozenset(online))
         self.online, self.online_set, self.recheck_at = tuple(online), frozenset(online), recheck
+        if self.chooser is not None and gone:
+            self.chooser.reset()
         return gone
 
 
@@ -183,6 +187,8 @@ class ClusterView:
             until, n = view.penalty.get(partition, (0.0, 0))
             if until > now:   # already out; many records of one batch come back together
                 return
+            if until + self.hold_max_s < now:   # no refusal for a while after the last hold: a new incident
+                n = 0
             view.penalty[partition] = (now + min(self.hold_max_s, self.hold_s * (2 ** n)), n + 1)
             self.offline_events += view.recompute(now)
 
@@ -191,6 +197,12 @@ class ClusterView:
         if view is not None and partition in view.penalty and view.penalty[partition][0] <= time.monotonic():
             with self.lock:
                 view.penalty.pop(partition, None)
+
+    def recheck(self, view: TopicView, now: float) -> None:
+        """A penalty ran out: recompute the online list (called when now >= view.recheck_at)."""
+        with self.lock:
+            if now >= view.recheck_at:
+                view.recompute(now)
 
     def online(self, view: TopicView) -> tuple[tuple[int, ...], frozenset]:
         now = time.monotonic()

@@ -8,106 +8,65 @@ records — is sized to the limit and can never overflow, and the producer never
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections import deque
 
 
 class MessageCounter:
-    """accepted − resolved (acknowledged or finally failed), with blocking and asyncio waits."""
+    """accepted − resolved (acknowledged or finally failed), with blocking and asyncio waits.
+
+    The two sides are counted apart so that the producer's hot path takes no lock of its own:
+    `take()` is called only under the producer's send lock (one writer of `accepted`), `release()`
+    under this counter's lock (any thread). `records` / `bytes` are their difference; a reader that
+    sees a stale `resolved` sees less room than there is, never more.
+    """
 
     def __init__(self, max_records: int, max_bytes: int) -> None:
         if max_records < 1 or max_bytes < 1:
             raise ValueError("the message counter's limits must be at least 1")
         self.max_records = max_records
         self.max_bytes = max_bytes
-        self.records = 0
-        self.bytes = 0
         self.accepted = 0
+        self.accepted_bytes = 0
         self.resolved = 0
+        self.resolved_bytes = 0
         self.blocked_s = 0.0          # total time input waited for the gap to fall
-        self.blocked_now_since: float | None = None
-        self._cond = threading.Condition()
-        self._sync_waiters = 0
+        self._blocked_since: dict[int, float] = {}   # waits under way (id -> start), for blocked_total_s
+        self._tokens = itertools.count()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiters = 0
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
 
-    def _room(self, size: int) -> bool:
+    @property
+    def records(self) -> int:
+        return self.accepted - self.resolved
+
+    @property
+    def bytes(self) -> int:
+        return self.accepted_bytes - self.resolved_bytes
+
+    def room(self, size: int) -> bool:
         # One record always fits into an empty counter, however large it is.
-        return self.records == 0 or (self.records < self.max_records and self.bytes + size <= self.max_bytes)
+        records = self.accepted - self.resolved
+        return records == 0 or (records < self.max_records and self.accepted_bytes - self.resolved_bytes + size <= self.max_bytes)
 
-    def try_acquire(self, size: int) -> bool:
-        with self._cond:
-            if not self._room(size):
-                return False
-            self._take(size)
-            return True
-
-    def _take(self, size: int) -> None:
-        self.records += 1
-        self.bytes += size
+    def take(self, size: int) -> None:
+        """Count one accepted record; the caller holds the producer's send lock."""
         self.accepted += 1
+        self.accepted_bytes += size
 
-    def acquire(self, size: int, timeout: float | None = None, closed=lambda: False) -> bool:
-        """Block while the gap is at its limit; False when `timeout` passed (or `closed()` became true)."""
-        with self._cond:
-            if self._room(size):
-                self._take(size)
-                return True
-            start = time.monotonic()
-            deadline = None if timeout is None else start + timeout
-            self.blocked_now_since = self.blocked_now_since or start
-            self._sync_waiters += 1
-            try:
-                while not self._room(size):
-                    if closed():
-                        return False
-                    wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
-                    if wait <= 0:
-                        return False
-                    self._cond.wait(wait)
-                self._take(size)
-                return True
-            finally:
-                self._sync_waiters -= 1
-                self.blocked_s += time.monotonic() - start
-                self.blocked_now_since = None
-
-    async def acquire_async(self, size: int, timeout: float | None = None, closed=lambda: False) -> bool:
-        """The same wait without blocking the event loop."""
-        if self.try_acquire(size):
-            return True
-        loop = asyncio.get_running_loop()
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        try:
-            while True:
-                fut = loop.create_future()
-                with self._cond:
-                    if self._room(size):
-                        self._take(size)
-                        return True
-                    self._async_waiters.append((loop, fut))
-                    self.blocked_now_since = self.blocked_now_since or start
-                if closed():
-                    return False
-                wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
-                if wait <= 0:
-                    return False
-                try:
-                    await asyncio.wait_for(fut, wait)
-                except asyncio.TimeoutError:
-                    pass
-        finally:
-            with self._cond:
-                self.blocked_s += time.monotonic() - start
-                self.blocked_now_since = None
+    def untake(self, size: int) -> None:
+        """Undo `take()` (the record was not accepted after all); under the send lock."""
+        self.accepted -= 1
+        self.accepted_bytes -= size
 
     def release(self, size: int) -> None:
         with self._cond:
-            self.records -= 1
-            self.bytes -= size
             self.resolved += 1
-            if not self._sync_waiters and not self._async_waiters:
+            self.resolved_bytes += size
+            if not self._waiters and not self._async_waiters:
                 return   # nobody waits: the common case, keep it cheap
             self._cond.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
@@ -117,18 +76,52 @@ class MessageCounter:
             except RuntimeError:  # that loop is closed
                 pass
 
+    def wait_room(self, size: int, timeout: float) -> bool:
+        """Wait up to `timeout` for room for a record of `size` bytes; the caller then tries to take it."""
+        with self._cond:
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(lambda: self.room(size), timeout)
+            finally:
+                self._waiters -= 1
+
+    async def wait_room_async(self, size: int, timeout: float) -> bool:
+        """The same wait without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._cond:
+            if self.room(size):
+                return True
+            self._async_waiters.append((loop, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self.room(size)
+
     def wait_empty(self, timeout: float | None) -> bool:
         with self._cond:
-            self._sync_waiters += 1
+            self._waiters += 1
             try:
-                return self._cond.wait_for(lambda: self.records == 0, timeout)
+                return self._cond.wait_for(lambda: self.accepted == self.resolved, timeout)
             finally:
-                self._sync_waiters -= 1
+                self._waiters -= 1
+
+    def block_start(self) -> int:
+        token = next(self._tokens)
+        with self._cond:
+            self._blocked_since[token] = time.monotonic()
+        return token
+
+    def block_end(self, token: int) -> None:
+        with self._cond:
+            start = self._blocked_since.pop(token)
+            self.blocked_s += time.monotonic() - start
 
     def blocked_total_s(self) -> float:
         with self._cond:
             now = time.monotonic()
-            return self.blocked_s + (now - self.blocked_now_since if self.blocked_now_since else 0.0)
+            return self.blocked_s + sum(now - t for t in self._blocked_since.values())
 
 
 def _wake(fut: asyncio.Future) -> None:

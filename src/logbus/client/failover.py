@@ -19,9 +19,7 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from confluent_kafka import KafkaError, Producer
 
@@ -47,28 +45,39 @@ _UNKNOWN_OUTCOME = {  # the record may have been written
 _BATCH_OVERHEAD = 61 + 21   # record batch header + a generous per-record header
 
 
-class Record:
-    """One accepted record on its way; `attempts` counts produce calls, `partition` the last one."""
+_monotonic = time.monotonic
+_POLL_EVERY = 64            # the producing thread serves delivery reports itself every this many records
 
-    __slots__ = ("topic", "value", "key", "headers", "size", "callback", "future", "attempts",
+
+class Record:
+    """One accepted record on its way; `attempts` counts produce calls, `partition` the last one.
+
+    The record is its own delivery callback (no per-record closure)."""
+
+    __slots__ = ("owner", "topic", "value", "key", "headers", "size", "callback", "future", "attempts",
                  "accepted_at", "partition", "failed_over")
 
-    def __init__(self, topic: str, value: bytes | None, key: bytes | None, headers: list | None, size: int) -> None:
+    def __init__(self, owner, topic: str, value: bytes | None, key: bytes | None, headers: list | None, size: int,
+                 accepted_at: float) -> None:
+        self.owner = owner
         self.topic, self.value, self.key, self.headers, self.size = topic, value, key, headers, size
         self.callback: Callable | None = None
         self.future: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
         self.attempts = 0
-        self.accepted_at = time.monotonic()
+        self.accepted_at = accepted_at
         self.partition: int | None = None
         self.failed_over = False
+
+    def __call__(self, err, msg) -> None:
+        self.owner._on_report(self, err, msg)
 
     def __repr__(self) -> str:
         return f"Record(topic={self.topic!r}, key={self.key!r}, attempts={self.attempts}, partition={self.partition})"
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """An acknowledged record: where it was written, and whether it got there by failover."""
+class Delivery(NamedTuple):
+    """An acknowledged record: where it was written, and whether it got there by failover.
+    (A named tuple: one is made per acknowledged record with a callback or future.)"""
 
     topic: str
     partition: int
@@ -86,6 +95,12 @@ class FailoverProducer:
     Thread-safe. `produce()` blocks while the message counter is at its limit; `aproduce()` /
     `send()` wait the same way on an asyncio loop. `flush()` waits for every accepted record;
     `close()` returns the records that were not delivered (never drops them silently).
+
+    With `delivery_reports="errors"` librdkafka reports only failed deliveries: an accepted record
+    costs no Python state at all until it comes back refused (with its topic, partition, key, value
+    and headers, all the retry path needs). The in-flight count is then librdkafka's own count of
+    unacknowledged messages plus the failed buffer. Per-record callbacks and futures need every
+    report, so that mode takes fire-and-forget records only.
     """
 
     def __init__(self, settings: FailoverSettings | None = None, **kwargs: Any) -> None:
@@ -95,6 +110,7 @@ class FailoverProducer:
         self._view = ClusterView({"bootstrap.servers": s.bootstrap_servers}, s.metadata_timeout_s,
                                  s.config_refresh_s, s.refused_hold_s, s.refused_hold_max_s)
         self._view.check_reachable()  # ClusterUnreachableError: a clear error at start, not a silent hang
+        self._errors_only = s.delivery_reports == "errors"
         config = {
             "bootstrap.servers": s.bootstrap_servers,
             "acks": "all",
@@ -107,15 +123,26 @@ class FailoverProducer:
             "queue.buffering.max.kbytes": max(1048576, s.max_pending_bytes // 1024 + 1024),
             "topic.metadata.refresh.interval.ms": max(1000, int(s.metadata_refresh_s * 1000)),
         }
+        if self._errors_only:
+            # librdkafka holds the records and their bytes: its byte limit is the counter's byte limit.
+            config["queue.buffering.max.kbytes"] = max(1, s.max_pending_bytes // 1024)
         config.update(s.producer_config)
         config["acks"] = "all" if str(config.get("acks")) in ("all", "-1") else config["acks"]
+        if self._errors_only:
+            config["delivery.report.only.error"] = True
+            config["on_delivery"] = self._on_error_report   # records produced without a callback of their own
         self._producer = Producer(config)
+        self._produce = self._producer.produce
         self._counter = MessageCounter(s.max_pending_records, s.max_pending_bytes)
         self._failed = FailedBuffer(s.failed_buffer_records)
-        self._partitioners: dict[str, OnlinePartitioner] = {}
+        self._room = 0               # "errors": records surely still accepted before librdkafka is asked again
+        self._inputs = 0             # records taken by produce() (the polling thread's pace)
+        self._source = s.source_id.encode() if s.source_id is not None else None
+        self._stamp_size = 17 + len(s.source_id) + 20 if s.source_id is not None else 0
         self._send_lock = threading.Lock()
+        self._lock_acquire, self._lock_release = self._send_lock.acquire, self._send_lock.release
+        self._poll_lock = threading.Lock()   # one thread serves delivery reports at a time
         self._seqno = s.first_seqno
-        self._seq_lock = threading.Lock()
         self._merge_needed = False
         self._closing = False
         self._closed = False
@@ -135,121 +162,287 @@ class FailoverProducer:
                 timeout: float | None = None) -> None:
         """Accept a record; blocks while the counter is at its limit (up to `timeout`, None = no limit).
 
-        `on_delivery(error, delivery)` is called once, from the producer's thread: error is None and
-        delivery a `Delivery` when acknowledged, or error a `DeliveryFailedError` when not.
+        `on_delivery(error, delivery)` is called once, from the producer's poller thread or from a
+        later produce() call of the producing thread: error is None and delivery a `Delivery` when
+        acknowledged, or error a `DeliveryFailedError` when not (not with delivery_reports="errors").
         Raises UnknownTopicError, RecordTooLargeError, ProduceTimeoutError, ProducerClosedError,
         ClusterUnreachableError — in every such case the record was not accepted.
         """
-        view, rec = self._prepare(topic, value, key, headers)
-        if not self._counter.acquire(rec.size, timeout, closed=lambda: self._closing):
-            self._m["rejected_at_input"] += 1
-            if self._closing:
-                raise ProducerClosedError("the producer is closing; the record was not accepted")
-            raise ProduceTimeoutError(f"{self._counter.records} records unacknowledged for {timeout}s; the record was not accepted")
-        rec.callback = on_delivery
-        self._accept(view, rec)
-
-    async def aproduce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
-                       headers: list | dict | None = None, timeout: float | None = None) -> asyncio.Future:
-        """Accept a record without blocking the loop; returns a future of its `Delivery`
-        (or a DeliveryFailedError). Waits while the counter is at its limit."""
-        loop = asyncio.get_running_loop()
-        if topic not in self._view.topics:  # the first use of a topic asks the cluster: off the loop
-            await loop.run_in_executor(None, self._view.topic, topic)
-        view, rec = self._prepare(topic, value, key, headers)
-        if not await self._counter.acquire_async(rec.size, timeout, closed=lambda: self._closing):
-            self._m["rejected_at_input"] += 1
-            if self._closing:
-                raise ProducerClosedError("the producer is closing; the record was not accepted")
-            raise ProduceTimeoutError(f"{self._counter.records} records unacknowledged for {timeout}s; the record was not accepted")
-        fut = loop.create_future()
-        rec.future = (loop, fut)
-        self._accept(view, rec)
-        return fut
-
-    async def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
-                   headers: list | dict | None = None, timeout: float | None = None) -> Delivery:
-        """Produce one record and wait for its acknowledgement (raises DeliveryFailedError)."""
-        return await (await self.aproduce(topic, value, key, headers, timeout))
-
-    def _prepare(self, topic, value, key, headers) -> tuple[TopicView, Record]:
         if self._closing:
             raise ProducerClosedError("the producer is closed; the record was not accepted")
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):
             key = key.encode()
+        view = self._view.topics.get(topic)
+        if view is None or view.unknown:
+            view = self._topic(topic)
+        size = len(value) if value else 0
+        if key:
+            size += len(key)
+        stamp = self._source is not None
         if headers:
-            hdrs = list(headers.items()) if isinstance(headers, dict) else list(headers)
-            hdrs = [(k, v.encode() if isinstance(v, str) else v) for k, v in hdrs]
+            headers, hsize, stamp = _headers(headers, stamp)
+            size += hsize
         else:
-            hdrs = []
-        stamp = self.settings.source_id is not None and not any(k == "lb.source" for k, _ in hdrs)
+            headers = None
+        if stamp:   # lb.source / lb.seqno are added once the record is accepted, so seqnos have no gaps
+            size += self._stamp_size
+        if size + _BATCH_OVERHEAD > view.max_message_bytes:
+            self._too_large(topic, size, view)
+        if on_delivery is None and self._errors_only and not stamp:
+            # The fast path: a fire-and-forget record, nothing kept in Python. Anything unusual (no
+            # room, failed records to merge first, nothing online, an error) goes through _offer().
+            self._lock_acquire()
+            try:
+                if self._room > 0 and not self._merge_needed and not self._closed:
+                    now = _monotonic()
+                    if now >= view.recheck_at:
+                        self._view.recheck(view, now)
+                    chooser = view.chooser
+                    if chooser is not None:
+                        if key is None and chooser.sticky_left > 0 and now < chooser.sticky_until:
+                            p = chooser._sticky            # the sticky partition, still online and not full
+                            chooser._sticky_sent += size
+                            chooser.sticky_left -= size
+                            failover = False
+                        else:
+                            p = chooser.pick(key, size, len(view.partitions), view.online, view.online_set, now)
+                            failover = chooser.failover
+                        if p >= 0:
+                            try:
+                                self._produce(topic, value, key, partition=p, headers=headers)
+                            except Exception:   # BufferError or a local error: _offer() below handles it
+                                pass
+                            else:
+                                if failover:
+                                    self._m["failovers"] += 1
+                                counter = self._counter
+                                counter.accepted += 1
+                                counter.accepted_bytes += size
+                                self._room -= 1
+                                view = None   # accepted
+            finally:
+                self._lock_release()
+            if view is not None and not self._offer(view, topic, value, key, headers, size, stamp, None, None):
+                self._wait_and_offer(view, topic, value, key, headers, size, stamp, None, timeout)
+        else:
+            if on_delivery is not None and self._errors_only:
+                raise ValueError('delivery_reports="errors" reports no acknowledgements: on_delivery needs delivery_reports="all"')
+            if not self._offer(view, topic, value, key, headers, size, stamp, on_delivery, None):
+                self._wait_and_offer(view, topic, value, key, headers, size, stamp, on_delivery, timeout)
+        # Serve delivery reports here while input is busy: no hand-over to the poller thread.
+        self._inputs += 1
+        if not self._inputs % _POLL_EVERY and self._poll_lock.acquire(False):
+            try:
+                if self._producer is not None:
+                    self._producer.poll(0)
+            finally:
+                self._poll_lock.release()
+
+    async def aproduce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+                       headers: list | dict | None = None, timeout: float | None = None) -> asyncio.Future:
+        """Accept a record without blocking the loop; returns a future of its `Delivery`
+        (or a DeliveryFailedError). Waits while the counter is at its limit."""
+        if self._errors_only:
+            raise ValueError('delivery_reports="errors" reports no acknowledgements: aproduce()/send() need delivery_reports="all"')
+        loop = asyncio.get_running_loop()
+        if topic not in self._view.topics:  # the first use of a topic asks the cluster: off the loop
+            await loop.run_in_executor(None, self._view.topic, topic)
+        view, value, key, headers, size, stamp = self._prepare(topic, value, key, headers)
+        fut = loop.create_future()
+        future = (loop, fut)
+        if self._offer(view, topic, value, key, headers, size, stamp, None, future):
+            return fut
+        deadline = None if timeout is None else time.monotonic() + timeout
+        token = self._counter.block_start()
         try:
-            view = self._view.topic(topic)
+            while True:
+                if self._closing:
+                    self._reject_closed()
+                left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                if left <= 0:
+                    self._reject_timeout(timeout)
+                await self._counter.wait_room_async(size, left)
+                if self._offer(view, topic, value, key, headers, size, stamp, None, future):
+                    return fut
+        finally:
+            self._counter.block_end(token)
+
+    async def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+                   headers: list | dict | None = None, timeout: float | None = None) -> Delivery:
+        """Produce one record and wait for its acknowledgement (raises DeliveryFailedError)."""
+        return await (await self.aproduce(topic, value, key, headers, timeout))
+
+    def _prepare(self, topic, value, key, headers):
+        if self._closing:
+            raise ProducerClosedError("the producer is closed; the record was not accepted")
+        if isinstance(value, str):
+            value = value.encode()
+        if isinstance(key, str):
+            key = key.encode()
+        view = self._topic(topic)
+        size = (len(value) if value else 0) + (len(key) if key else 0)
+        stamp = self._source is not None
+        if headers:
+            headers, hsize, stamp = _headers(headers, stamp)
+            size += hsize
+        else:
+            headers = None
+        if stamp:
+            size += self._stamp_size
+        if size + _BATCH_OVERHEAD > view.max_message_bytes:
+            self._too_large(topic, size, view)
+        return view, value, key, headers, size, stamp
+
+    def _topic(self, topic: str) -> TopicView:
+        try:
+            return self._view.topic(topic)
         except FailoverProducerError:   # UnknownTopicError, ClusterUnreachableError: not accepted
             self._m["rejected_at_input"] += 1
             raise
-        size = (len(value) if value else 0) + (len(key) if key else 0)
-        if hdrs:
-            size += sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
-        if stamp:   # lb.source / lb.seqno are added once the record is accepted, so seqnos have no gaps
-            size += 17 + len(self.settings.source_id) + 20
-        if size + _BATCH_OVERHEAD > view.max_message_bytes:
-            self._m["rejected_at_input"] += 1
-            raise RecordTooLargeError(
-                f"record of about {size + _BATCH_OVERHEAD} bytes is larger than max.message.bytes={view.max_message_bytes} "
-                f"of topic {topic!r}; the record was not accepted")
-        rec = Record(topic, value, key, hdrs or None, size)
-        rec.failed_over = stamp   # (reused until accepted: "stamp me")
-        return view, rec
 
-    def _accept(self, view: TopicView, rec: Record) -> None:
-        if rec.failed_over:
-            rec.failed_over = False
-            with self._seq_lock:
-                seq = self._seqno
-                self._seqno += 1
-            rec.headers = (rec.headers or []) + [("lb.source", self.settings.source_id.encode()), ("lb.seqno", str(seq).encode())]
+    def _too_large(self, topic: str, size: int, view: TopicView) -> None:
+        self._m["rejected_at_input"] += 1
+        raise RecordTooLargeError(
+            f"record of about {size + _BATCH_OVERHEAD} bytes is larger than max.message.bytes={view.max_message_bytes} "
+            f"of topic {topic!r}; the record was not accepted")
+
+    def _reject_closed(self) -> None:
+        self._m["rejected_at_input"] += 1
+        raise ProducerClosedError("the producer is closing; the record was not accepted")
+
+    def _reject_timeout(self, timeout) -> None:
+        self._m["rejected_at_input"] += 1
+        raise ProduceTimeoutError(f"{self._pending()} records unacknowledged for {timeout}s; the record was not accepted")
+
+    def _wait_and_offer(self, view, topic, value, key, headers, size, stamp, callback, timeout) -> None:
+        """The slow path of produce(): wait for room (up to `timeout`), then accept."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        token = self._counter.block_start()
+        try:
+            while True:
+                if self._closing:
+                    self._reject_closed()
+                left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                if left <= 0:
+                    self._reject_timeout(timeout)
+                if self._errors_only:   # nobody reports acknowledgements: serve librdkafka's queue here
+                    self._poll_once(min(left, 0.05))
+                    if self._merge_needed and len(self._failed):
+                        self._merge()
+                else:
+                    self._counter.wait_room(size, left)
+                if self._offer(view, topic, value, key, headers, size, stamp, callback, None):
+                    return
+        finally:
+            self._counter.block_end(token)
+
+    def _poll_once(self, timeout: float) -> None:
+        if self._poll_lock.acquire(timeout=timeout):
+            try:
+                if self._producer is not None:
+                    self._producer.poll(timeout)
+            finally:
+                self._poll_lock.release()
+
+    def _offer(self, view: TopicView, topic: str, value, key, headers, size: int, stamp: bool, callback, future) -> bool:
+        """Accept the record and produce it when the counter has room (False: no room, nothing done).
+        The merger runs first: failed records before new input."""
         with self._send_lock:
-            if self._merge_needed:          # the merger: failed records first ...
+            if self._closed:
+                return False
+            counter = self._counter
+            if self._errors_only:
+                if self._room <= 0:   # ask librdkafka only when the cached room is used up
+                    self._room = counter.max_records - len(self._producer) - len(self._failed)
+                    if self._room <= 0:
+                        return False
+            elif not counter.room(size):
+                return False
+            if self._merge_needed:
                 self._merge_locked(limit=256)
-            self._send_locked(view, rec)    # ... then new input
+            if stamp:
+                seq = self._seqno
+                headers = (headers or []) + [("lb.source", self._source), ("lb.seqno", str(seq).encode())]
+            now = time.monotonic()
+            if now >= view.recheck_at:
+                self._view.recheck(view, now)
+            chooser = view.chooser
+            if chooser is None:
+                chooser = view.chooser = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
+                                                           self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
+            p = chooser.pick(key, size, len(view.partitions), view.online, view.online_set, now)
+            if callback is None and future is None and self._errors_only:
+                rec = None
+            else:
+                rec = Record(self, topic, value, key, headers, size, now)
+                rec.callback, rec.future = callback, future
+            if p < 0:   # nothing online: accepted into the failed buffer, produced once a partition returns
+                if rec is None:
+                    rec = Record(self, topic, value, key, headers, size, now)
+                self._failed.put(rec)
+            else:
+                try:
+                    if rec is None:
+                        self._produce(topic, value, key, partition=p, headers=headers)
+                    else:
+                        rec.partition, rec.attempts = p, 1
+                        self._produce(topic, value, key, partition=p, headers=headers, on_delivery=rec)
+                except BufferError:   # librdkafka's queue is full (its byte limit): not accepted yet, wait
+                    return False
+                except Exception as e:  # a local error for this record (e.g. larger than message.max.bytes)
+                    if rec is None:
+                        rec = Record(self, topic, value, key, headers, size, now)
+                    self._accepted(counter, size, stamp)
+                    code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
+                    self._fail(rec, DeliveryFailedError(f"produce to {topic}-{p} failed: {e}", rec, code))
+                    return True
+                if chooser.failover:
+                    self._m["failovers"] += 1
+                    if rec is not None:
+                        rec.failed_over = True
+            self._accepted(counter, size, stamp)
+            return True
 
-    # -- the merger and the send path ---------------------------------------------------------
-    def _partitioner(self, topic: str) -> OnlinePartitioner:
-        p = self._partitioners.get(topic)
-        if p is None:
-            p = self._partitioners[topic] = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
-                                                                 self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
-        return p
+    def _accepted(self, counter: MessageCounter, size: int, stamp: bool) -> None:
+        # under the send lock
+        counter.take(size)
+        self._room -= 1
+        if stamp:
+            self._seqno += 1
 
-    def _send_locked(self, view: TopicView, rec: Record) -> bool:
-        """Produce to an online partition; False (record into the failed buffer) when none is online."""
-        online, online_set = self._view.online(view)
-        p, failover = self._partitioner(rec.topic).choose(rec.key, rec.size, view.count, online, online_set)
-        if p is None:
+    # -- the merger and the re-send path ------------------------------------------------------
+    def _resend_locked(self, view: TopicView, rec: Record) -> bool:
+        """Produce a failed record again, to an online partition; False (back into the failed buffer)
+        when none is online or librdkafka's queue is full."""
+        now = time.monotonic()
+        if now >= view.recheck_at:
+            self._view.recheck(view, now)
+        chooser = view.chooser
+        if chooser is None:
+            chooser = view.chooser = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
+                                                       self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
+        p = chooser.pick(rec.key, rec.size, view.count, view.online, view.online_set, now)
+        if p < 0:
             self._failed.put(rec)
             return False
-        if rec.partition is not None and p != rec.partition:
-            failover = True
+        failover = chooser.failover or (rec.partition is not None and p != rec.partition)
+        try:
+            self._produce(rec.topic, rec.value, rec.key, partition=p, headers=rec.headers, on_delivery=rec)
+        except BufferError:
+            self._failed.put(rec)
+            self._merge_needed = True
+            return False
+        except Exception as e:
+            code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
+            self._fail(rec, DeliveryFailedError(f"produce to {rec.topic}-{p} failed: {e}", rec, code))
+            return True
         if failover:
             rec.failed_over = True
             self._m["failovers"] += 1
         rec.partition = p
         rec.attempts += 1
-        try:
-            self._producer.produce(rec.topic, rec.value, rec.key, partition=p, headers=rec.headers,
-                                   on_delivery=partial(self._on_report, rec))
-        except BufferError:  # librdkafka's queue is full (only with small queue settings): wait in the buffer
-            rec.attempts -= 1
-            self._failed.put(rec)
-            self._merge_needed = True
-            return False
-        except Exception as e:  # a local error for this record (e.g. larger than message.max.bytes)
-            code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
-            self._fail(rec, DeliveryFailedError(f"produce to {rec.topic}-{p} failed: {e}", rec, code))
-            return True
         return True
 
     def _merge_locked(self, limit: int | None = None) -> None:
@@ -271,7 +464,7 @@ class FailoverProducer:
                     f"not acknowledged within {give_up:g}s after {rec.attempts} attempts: no online partition of "
                     f"topic {rec.topic!r} took it", rec, None))
                 continue
-            if not self._send_locked(view, rec):
+            if not self._resend_locked(view, rec):
                 stuck += 1   # went back to the tail: no online partition for its topic now
         if limit is not None and len(self._failed) > stuck:
             self._merge_needed = True
@@ -281,9 +474,23 @@ class FailoverProducer:
             self._merge_locked()
 
     # -- delivery reports ----------------------------------------------------------------------
+    def _on_error_report(self, err: KafkaError, msg) -> None:
+        """delivery_reports="errors": a record produced without per-record state came back."""
+        topic, value, key, headers = msg.topic(), msg.value(), msg.key(), msg.headers()
+        size = (len(value) if value else 0) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(k) + (len(v) if v else 0) for k, v in headers)
+        ts_type, ts = msg.timestamp()   # librdkafka stamps the produce time: when the record was accepted
+        accepted_at = time.monotonic() - max(0.0, time.time() - ts / 1000) if ts > 0 else time.monotonic()
+        rec = Record(self, topic, value, key, headers, size, accepted_at)
+        rec.partition, rec.attempts = msg.partition(), 1
+        self._on_report(rec, err, msg)
+
     def _on_report(self, rec: Record, err: KafkaError | None, msg) -> None:
         if err is None:
-            self._view.mark_ok(rec.topic, rec.partition)
+            view = self._view.topics.get(rec.topic)
+            if view is not None and view.penalty:
+                self._view.mark_ok(rec.topic, rec.partition)
             self._m["acknowledged"] += 1
             self._counter.release(rec.size)
             if rec.callback is not None or rec.future is not None:
@@ -318,7 +525,8 @@ class FailoverProducer:
 
     def _fail(self, rec: Record, error: DeliveryFailedError) -> None:
         self._m["failed"] += 1
-        self._counter.release(rec.size)
+        if not self._errors_only:
+            self._counter.release(rec.size)
         log.warning("record for topic %s not delivered: %s", rec.topic, error)
         if rec.callback is None and rec.future is None:
             if self.settings.on_failure is not None:
@@ -348,8 +556,17 @@ class FailoverProducer:
 
     # -- background threads ------------------------------------------------------------------
     def _poll_loop(self) -> None:
+        """Serves delivery reports while input is idle or slow; while records come in fast, the
+        producing thread serves them itself (every _POLL_EVERY records) and this thread only looks
+        after the merger."""
+        seen = self._inputs
         while not self._stop.is_set():
-            self._producer.poll(0.05)
+            inputs = self._inputs
+            busy, seen = inputs - seen >= _POLL_EVERY, inputs
+            if busy:
+                self._stop.wait(0.01)
+            else:
+                self._poll_once(0.05)
             if self._merge_needed and len(self._failed):
                 self._merge()
 
@@ -368,10 +585,27 @@ class FailoverProducer:
                 self._stop.wait(0.2)
 
     # -- flush, close, metrics -----------------------------------------------------------------
+    def _pending(self) -> int:
+        """accepted − acknowledged − failed."""
+        if not self._errors_only:
+            return self._counter.records
+        with self._send_lock:   # consistent with the merger, which moves records between the two
+            return (len(self._producer) if self._producer is not None else 0) + len(self._failed)
+
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every accepted record is acknowledged or failed; returns how many are still pending."""
-        self._counter.wait_empty(timeout)
-        return self._counter.records
+        if not self._errors_only:
+            self._counter.wait_empty(timeout)
+            return self._counter.records
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pending = self._pending()
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if pending == 0 or left <= 0:
+                return pending
+            self._poll_once(left)
+            if self._merge_needed and len(self._failed):
+                self._merge()
 
     async def aflush(self, timeout: float | None = None) -> int:
         return await asyncio.get_running_loop().run_in_executor(None, self.flush, timeout)
@@ -385,7 +619,7 @@ class FailoverProducer:
         if self._closed:
             return self._take_kept()
         self._closing = True
-        self._counter.wait_empty(timeout)
+        self.flush(timeout)
         with self._send_lock:
             self._closed = True
         # What librdkafka still holds comes back as _PURGE_QUEUE / _PURGE_INFLIGHT and fails above.
@@ -393,10 +627,13 @@ class FailoverProducer:
         self._stop.set()
         self._poller.join(5)
         self._refresher.join(self.settings.metadata_timeout_s + 5)
-        self._producer.flush(5)   # runs the purge reports
-        for rec in self._failed.drain():
+        with self._poll_lock:
+            self._producer.flush(5)   # runs the purge reports
+        with self._send_lock:
+            failed = self._failed.drain()
+            self._producer = self._produce = None   # let librdkafka's handles go now, not whenever the object is collected
+        for rec in failed:
             self._fail(rec, DeliveryFailedError("not delivered before close(): no online partition took it", rec, None))
-        self._producer = None      # let librdkafka's handles go now, not whenever the object is collected
         self._view.admin = None
         return self._take_kept()
 
@@ -413,10 +650,19 @@ class FailoverProducer:
 
     def metrics(self) -> dict[str, Any]:
         topics = self._view.snapshot()
-        m = {"accepted": self._counter.accepted, **self._m}
+        m = dict(self._m)
+        if self._errors_only:
+            with self._send_lock:
+                accepted = self._counter.accepted
+                pending = (len(self._producer) if self._producer is not None else 0) + len(self._failed)
+            m["acknowledged"] = max(0, accepted - pending - m["failed"])
+            pending_bytes = None   # librdkafka bounds the bytes it holds but does not tell them
+        else:
+            accepted, pending, pending_bytes = self._counter.accepted, self._counter.records, self._counter.bytes
+        m = {"accepted": accepted, **m}
         m.update({
-            "pending": self._counter.records,          # the in-flight gap: accepted − acknowledged − failed
-            "pending_bytes": self._counter.bytes,
+            "pending": pending,          # the in-flight gap: accepted − acknowledged − failed
+            "pending_bytes": pending_bytes,
             "failed_buffer": len(self._failed),
             "failed_buffer_high_water": self._failed.high_water,
             "blocked_s": round(self._counter.blocked_total_s(), 3),
@@ -442,6 +688,16 @@ class FailoverProducer:
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
+
+
+def _headers(headers, stamp: bool) -> tuple[list, int, bool]:
+    """(headers as a list of (str, bytes), their size, whether lb.source must still be stamped)."""
+    hdrs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+    hdrs = [(k, v.encode() if isinstance(v, str) else v) for k, v in hdrs]
+    size = sum(len(k) + (len(v) if v else 0) for k, v in hdrs)
+    if stamp and any(k == "lb.source" for k, _ in hdrs):
+        stamp = False
+    return hdrs, size, stamp
 
 
 def _settle(fut: asyncio.Future, error, delivery) -> None:

@@ -83,6 +83,47 @@ class OnlinePartitioner:
         self._next = 0          # round-robin position, and the sticky partition's position
         self._sticky: int | None = None
         self._sticky_sent = 0
+        self.failover = False   # set by pick(): the last keyed record went away from its hash partition
+        # The sticky partition may take `sticky_left` more bytes until `sticky_until` (the producer's
+        # hot path reads these two directly; 0 when there is no sticky partition, as for round-robin).
+        self.sticky_left = 0
+        self.sticky_until = 0.0
+
+    def reset(self) -> None:
+        """The online list changed: choose the sticky partition afresh."""
+        self.sticky_left = 0
+        self._sticky = None
+
+    def pick(self, key: bytes | None, size: int, count: int, online: Sequence[int], online_set, now: float) -> int:
+        """The partition for one record, -1 when nothing is online; `self.failover` tells whether a
+        keyed record was placed away from its hash partition. The producer's hot path: no allocation."""
+        if key is not None:
+            if not online:
+                return -1
+            home = self._hash(key, count)
+            if home in online_set:
+                self.failover = False
+                return home
+            self.failover = True
+            return online[self._hash(key, len(online))]
+        self.failover = False
+        sticky = self._sticky
+        if sticky is not None and self._sticky_sent < self.sticky_bytes and now - self._sticky_since < self.sticky_linger_s \
+                and sticky in online_set and self.strategy == STICKY:
+            self._sticky_sent += size
+            self.sticky_left -= size
+            return sticky
+        if not online:
+            return -1
+        self._next = (self._next + 1) % len(online)
+        if self.strategy == ROUND_ROBIN:
+            return online[self._next]
+        self._sticky = online[self._next]
+        self._sticky_sent = size
+        self._sticky_since = now
+        self.sticky_left = self.sticky_bytes - size
+        self.sticky_until = now + self.sticky_linger_s
+        return self._sticky
 
     def choose(self, key: bytes | None, size: int, count: int, online: Sequence[int], online_set) -> tuple[int | None, bool]:
         """(partition or None when nothing is online, whether this is a failover from the key's partition)."""

@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 from logbus.client.partitioner import KEY_HASHES, PARTITIONERS, STICKY
 
+DELIVERY_REPORTS = ("all", "errors")
+
 
 @dataclass
 class FailoverSettings:
@@ -32,6 +34,10 @@ class FailoverSettings:
     retries: int = 2                        # same-partition retries inside librdkafka before a record comes back
     retry_backoff_ms: int = 100
     linger_ms: int = 5
+    # "all": every record is reported (per-record on_delivery, aproduce()/send() futures); "errors":
+    # librdkafka reports only failed deliveries, so fire-and-forget records cost no Python work after
+    # produce(); per-record callbacks and the asyncio API are refused in that mode.
+    delivery_reports: str = "all"
     producer_config: dict[str, Any] = field(default_factory=dict)   # more librdkafka settings (override the above)
     # Giving up.
     give_up_after_s: float | None = None    # a record failing this long is failed to the caller; None: keep trying
@@ -46,6 +52,8 @@ class FailoverSettings:
             raise ValueError(f"partitioner must be one of {', '.join(PARTITIONERS)}, not {self.partitioner!r}")
         if self.key_hash not in KEY_HASHES:
             raise ValueError(f"key_hash must be one of {', '.join(KEY_HASHES)}, not {self.key_hash!r}")
+        if self.delivery_reports not in DELIVERY_REPORTS:
+            raise ValueError(f"delivery_reports must be one of {', '.join(DELIVERY_REPORTS)}, not {self.delivery_reports!r}")
         if self.max_pending_records < 1 or self.max_pending_bytes < 1:
             raise ValueError("max_pending_records and max_pending_bytes must be at least 1")
         if self.failed_buffer_records is None:
