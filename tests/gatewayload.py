@@ -30,7 +30,7 @@ class LoadStats:
 
 async def run_source(urls, token: str, topic: str, source: str, chunks: int, stats: LoadStats, *, batch: int = 20,
                      window: int = 4, chunk_bytes: int = 100, disconnect_p: float = 0.02, pace_s: float = 0.0,
-                     deadline: float, rng: random.Random) -> None:
+                     keep_acks: bool = True, deadline: float, rng: random.Random) -> None:
     acked_max = 0      # highest seqno answered written or skipped
     sent_max = 0       # highest seqno ever sent
     payload_pad = "x" * max(0, chunk_bytes - 24)
@@ -79,7 +79,8 @@ async def run_source(urls, token: str, topic: str, source: str, chunks: int, sta
                         for r in body["results"]:
                             if r["status"] == "written":
                                 stats.written += 1
-                                stats.acks.setdefault(source, []).append((r["seqno"], r["partition"], r["offset"]))
+                                if keep_acks:
+                                    stats.acks.setdefault(source, []).append((r["seqno"], r["partition"], r["offset"]))
                                 acked_max = max(acked_max, r["seqno"])
                             elif r["status"] == "skipped":
                                 stats.skipped += 1

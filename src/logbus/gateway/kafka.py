@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -79,29 +80,33 @@ class GatewayProducer:
                 except RuntimeError:  # the loop is closed
                     return
 
-    def _callback(self, fut):
-        def on_delivery(err, msg):
-            self._done.append((fut, err, msg.partition(), msg.offset()))
-        return on_delivery
+    def produce_to(self, target, topic: str, partition: int, value: bytes, headers: list, timestamp_ms: int,
+                   key: bytes | None = None) -> None:
+        """Hand one record to the producer without waiting; `target.delivered(error, partition, offset)` is called
+        on the event loop when it is resolved (error None, or a ProduceError). Raises BufferError when the local
+        queue is full, ProduceError when the record is refused at once."""
+        try:
+            self._producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp_ms,
+                                   on_delivery=_Report(target, self).report)
+        except KafkaException as e:
+            err = e.args[0]
+            raise ProduceError(f"produce refused: {err.str()}", err.code()) from None
 
     async def produce(self, topic: str, partition: int, value: bytes, headers: list, timestamp_ms: int,
                       key: bytes | None = None) -> asyncio.Future:
-        """Hand one record to the producer; the returned future gives (partition, offset) or raises ProduceError."""
+        """Hand one record to the producer; the returned future gives (partition, offset) or raises ProduceError.
+        Waits while the local queue is full, bounded by the delivery timeout."""
         fut = self._loop.create_future()
         deadline = None
         while True:
             try:
-                self._producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp_ms,
-                                       on_delivery=self._callback(fut))
+                self.produce_to(_FutureTarget(fut), topic, partition, value, headers, timestamp_ms, key)
                 return fut
             except BufferError:  # the local queue is full: wait for deliveries, bounded by the delivery timeout
                 deadline = deadline or time.monotonic() + self.delivery_timeout_s
                 if time.monotonic() > deadline:
-                    raise ProduceError("the producer's queue stayed full", retriable_elsewhere=False)
+                    raise ProduceError("the producer's queue stayed full", retriable_elsewhere=False) from None
                 await asyncio.sleep(0.005)
-            except KafkaException as e:
-                err = e.args[0]
-                raise ProduceError(f"produce refused: {err.str()}", err.code()) from None
 
     def in_flight(self) -> int:
         return len(self._producer)
@@ -114,15 +119,39 @@ class GatewayProducer:
         return left
 
 
+class _Report:
+    __slots__ = ("target", "producer")
+
+    def __init__(self, target, producer: "GatewayProducer") -> None:
+        self.target = target
+        self.producer = producer
+
+    def report(self, err, msg) -> None:  # on the producer's poll thread, which also hands the list to the loop
+        self.producer._done.append((self.target, err, msg.partition(), msg.offset()))
+
+
+class _FutureTarget:
+    __slots__ = ("fut",)
+
+    def __init__(self, fut: asyncio.Future) -> None:
+        self.fut = fut
+
+    def delivered(self, error, partition: int, offset: int) -> None:
+        if self.fut.done():
+            return
+        if error is None:
+            self.fut.set_result((partition, offset))
+        else:
+            self.fut.set_exception(error)
+
+
 def _resolve_all(done: list) -> None:
-    for fut, err, partition, offset in done:
-        if fut.done():
-            continue
+    for target, err, partition, offset in done:
         if err is None:
-            fut.set_result((partition, offset))
+            target.delivered(None, partition, offset)
         else:
             code = err.code()
-            fut.set_exception(ProduceError(f"delivery failed: {err.str()}", code, code in _PARTITION_ERRORS))
+            target.delivered(ProduceError(f"delivery failed: {err.str()}", code, code in _PARTITION_ERRORS), partition, offset)
 
 
 @dataclass
@@ -226,6 +255,7 @@ class PartitionScanner:
         self.bootstrap = bootstrap
         self.group_id = group_id
         self._pool: list[Consumer] = []
+        self._tailers: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
     def _consumer(self) -> Consumer:
@@ -257,30 +287,51 @@ class PartitionScanner:
             self._release(c)
 
     def scan_sources(self, topic: str, partition: int, start: int, end: int, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
-        """Highest (seqno, offset) per lb.source among records in [start, end); only headers are looked at."""
+        """Highest (seqno, offset) per lb.source among records in [start, end); only headers are looked at.
+
+        Scans of a partition mostly continue where the previous one stopped (the index position), so each partition
+        keeps a tailing consumer (up to 32, least recently used closed): a scan that starts where the last one ended
+        goes on with it, with the records fetched past the last end kept for it; any other start gets a new consumer.
+        Callers serialise scans of one partition."""
         found: dict[str, tuple[int, int]] = {}
         if end <= start:
             return found
-        c = self._consumer()
-        deadline = time.monotonic() + timeout
-        try:
+        key = (topic, partition)
+        with self._lock:
+            tailer = self._tailers.pop(key, None)
+        if tailer is not None and tailer[1] != start:
+            self._close_later(tailer[0])
+            tailer = None
+        if tailer is None:
+            c = self._consumer()
             c.assign([TopicPartition(topic, partition, start if start > 0 else OFFSET_BEGINNING)])
+            leftover: list = []
+        else:
+            c, _, leftover = tailer
+        deadline = time.monotonic() + timeout
+        ok = False
+        try:
             last = start - 1
+            extra: list = []
+            batch = leftover
             while last < end - 1:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {topic}[{partition}] {start}..{end} did not finish within {timeout}s (at {last})")
-                for msg in c.consume(10000, 0.5):
+                if not batch:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"reading {topic}[{partition}] {start}..{end} did not finish within {timeout}s (at {last})")
+                    batch = c.consume(10000, 0.02)  # returns early only with 10000 messages: keep the wait short
+                for i, msg in enumerate(batch):
                     if msg.partition() != partition or msg.topic() != topic:
-                        continue  # left over from an earlier assignment of this pooled consumer
+                        continue
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            if msg.offset() >= end:
-                                last = end - 1
                             continue
                         raise KafkaException(err)
                     off = msg.offset()
+                    if off < start:
+                        continue
                     if off >= end:
+                        extra = [m for m in batch[i:] if m.error() is None]  # kept for the next scan
                         last = end - 1
                         break
                     last = off
@@ -303,9 +354,23 @@ class PartitionScanner:
                     prev = found.get(s)
                     if prev is None or seqno > prev[0]:
                         found[s] = (seqno, off)
+                batch = []
+            ok = True
             return found
         finally:
-            self._release(c, assigned=True)
+            if ok:
+                with self._lock:
+                    self._tailers[key] = (c, end, extra)
+                    evicted = []
+                    while len(self._tailers) > 32:
+                        evicted.append(self._tailers.popitem(last=False)[1][0])
+                for e in evicted:
+                    self._close_later(e)
+            else:
+                self._close_later(c)
+
+    def _close_later(self, c: Consumer) -> None:
+        threading.Thread(target=c.close, name="gateway-consumer-close", daemon=True).start()
 
     def read(self, topic: str, partition: int, start: int, max_bytes: int, wait_s: float,
              stop_at: int | None = None) -> tuple[list[ScannedRecord], int, int]:
@@ -330,7 +395,7 @@ class PartitionScanner:
             while nxt < end and (size < max_bytes or not out):
                 if time.monotonic() > fetch_deadline:
                     break
-                for msg in c.consume(1000, 0.2):
+                for msg in c.consume(1000, 0.02):
                     if msg.partition() != partition or msg.topic() != topic:
                         continue  # left over from an earlier assignment of this pooled consumer
                     err = msg.error()
@@ -357,6 +422,8 @@ class PartitionScanner:
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, []
+            pool += [t[0] for t in self._tailers.values()]
+            self._tailers.clear()
         for c in pool:
             c.close()
 

@@ -91,17 +91,52 @@ class Chunk:
     created_ms: int
 
 
-class PendingChunk:
-    __slots__ = ("seqno", "value", "headers", "future", "attempt", "partition", "done")
+class Batch:
+    """The chunks accepted from one request or message; its future completes when all of them are resolved."""
+    __slots__ = ("remaining", "future")
 
-    def __init__(self, seqno: int, value: bytes, headers: list, future: asyncio.Future) -> None:
+    def __init__(self, future: asyncio.Future) -> None:
+        self.remaining = 0
+        self.future = future
+
+
+class PendingChunk:
+    __slots__ = ("seqno", "value", "size", "headers", "attempt", "partition", "done", "offset", "error", "batch")
+
+    def __init__(self, seqno: int, value: bytes, headers: list, batch: Batch) -> None:
         self.seqno = seqno
         self.value = value
+        self.size = len(value)
         self.headers = headers
-        self.future = future
+        self.batch = batch
+        batch.remaining += 1
         self.attempt = 0
         self.partition = -1
+        self.offset = -1
         self.done = False
+        self.error: BaseException | None = None
+
+    def resolve(self, partition: int, offset: int, error: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.partition, self.offset, self.error = partition, offset, error
+        self.value = b""  # written or failed: the data is not needed any more
+        b = self.batch
+        b.remaining -= 1
+        if b.remaining == 0 and not b.future.done():
+            b.future.set_result(None)
+
+
+class _Attempt:
+    """One produce of a pending chunk; the producer reports its outcome here."""
+    __slots__ = ("manager", "st", "pc", "attempt", "partition")
+
+    def __init__(self, manager: "SessionManager", st: "SourceState", pc: PendingChunk, attempt: int, partition: int) -> None:
+        self.manager, self.st, self.pc, self.attempt, self.partition = manager, st, pc, attempt, partition
+
+    def delivered(self, error, partition: int, offset: int) -> None:
+        self.manager._delivered(self.st, self.pc, self.attempt, self.partition, error, partition, offset)
 
 
 @dataclass
@@ -318,69 +353,91 @@ class SessionManager:
             waits = await self.accept(sess, chunks)
         return await self.collect(waits)
 
-    async def accept(self, sess: Session, chunks: list[Chunk]) -> list:
+    async def accept(self, sess: Session, chunks: list[Chunk]) -> tuple[Batch, list]:
         """Accept chunks in order (awaits only while the producer's queue is full). Callers keep accept() calls
         of one session in order; `collect()` then waits for the answers."""
         gw = self.gw
         key = _key(sess.topic.physical, sess.source)
         sess.used = time.monotonic()
+        batch = Batch(gw.loop.create_future())
         waits: list[tuple[str, Any]] = []
-        for i, ch in enumerate(chunks):
-            try:
-                self._check(sess, key)
-            except GatewayError as e:
-                if i == 0:
-                    raise
-                waits.append(("error", {"seqno": ch.seqno, "status": "error", "error": e.code, "message": e.message}))
-                continue
-            st = self.states[key]
-            st.touched = time.monotonic()
-            if ch.seqno <= st.last_seqno:
-                pc = st.pending.get(ch.seqno)
+        self._check(sess, key)  # raises for the whole request: nothing accepted
+        st = self.states[key]
+        st.touched = sess.used
+        src = sess.source.encode()
+        key_bytes = src
+        fixed = [("lb.host", sess.host), ("lb.file", sess.file), ("lb.type", sess.type), ("lb.origin", self.origin)]
+        offline = gw.health_offline(st.topic, st.partition)
+        skipped = 0
+        recheck = False
+        for ch in chunks:
+            if recheck or st.broken or self.fence.get(key, 0) != sess.generation or self.states.get(key) is not st:
+                recheck = False
+                try:
+                    self._check(sess, key)
+                except GatewayError as e:
+                    waits.append(("error", {"seqno": ch.seqno, "status": "error", "error": e.code, "message": e.message}))
+                    continue
+            seqno = ch.seqno
+            if seqno <= st.last_seqno:
+                pc = st.pending.get(seqno)
                 if pc is not None:
-                    waits.append(("dup", (ch.seqno, pc.future)))
+                    waits.append(("dup", pc))
                 else:
-                    gw.metrics.chunks.labels("skipped").inc()
-                    waits.append(("done", {"seqno": ch.seqno, "status": "skipped", "already_written": True}))
+                    skipped += 1
+                    waits.append(("done", {"seqno": seqno, "status": "skipped", "already_written": True}))
                 continue
-            st.last_seqno = ch.seqno
-            headers = [("lb.source", sess.source.encode()), ("lb.seqno", str(ch.seqno).encode()),
-                       ("lb.created", str(ch.created_ms).encode()), ("lb.host", sess.host), ("lb.file", sess.file),
-                       ("lb.type", sess.type), ("lb.origin", self.origin)]
-            pc = PendingChunk(ch.seqno, ch.data, headers, gw.loop.create_future())
-            st.pending[ch.seqno] = pc
-            waits.append(("new", (ch.seqno, pc.future, len(ch.data))))
+            st.last_seqno = seqno
+            pc = PendingChunk(seqno, ch.data, [("lb.source", src), ("lb.seqno", str(seqno).encode()),
+                                               ("lb.created", str(ch.created_ms).encode())] + fixed, batch)
+            st.pending[seqno] = pc
+            waits.append(("new", pc))
             if st.failing_over:
                 continue  # the failover sends it after the records before it
-            if gw.health_offline(st.topic, st.partition):
+            if offline:
                 self._start_failover(st, st.partition)
                 continue
-            await self._send(st, pc)
-        return waits
+            if not self._try_send(st, pc, key_bytes):
+                await self._send(st, pc)  # the queue is full: wait for room (other coroutines run meanwhile)
+                recheck = True
+        if skipped:
+            gw.metrics.chunks.labels("skipped").inc(skipped)
+        if batch.remaining == 0 and not batch.future.done():
+            batch.future.set_result(None)
+        return batch, waits
 
-    async def collect(self, waits: list) -> list[dict]:
+    async def collect(self, accepted: tuple[Batch, list]) -> list[dict]:
         gw = self.gw
+        batch, waits = accepted
+        if not batch.future.done():
+            await batch.future
         out = []
+        written = nbytes = skipped = 0
         for kind, item in waits:
-            if kind in ("done", "error"):
+            if kind == "done" or kind == "error":
                 out.append(item)
                 continue
-            seqno, fut = item[0], item[1]
-            try:
-                partition, offset = await fut
-            except GatewayError as e:
-                out.append({"seqno": seqno, "status": "error", "error": e.code, "message": e.message})
-                continue
-            except ProduceError as e:
-                out.append({"seqno": seqno, "status": "error", "error": "not_written", "message": str(e)})
-                continue
-            if kind == "dup":
-                gw.metrics.chunks.labels("skipped").inc()
-                out.append({"seqno": seqno, "status": "skipped", "already_written": True})
+            pc = item
+            if not pc.done:
+                await pc.batch.future
+            e = pc.error
+            if e is not None:
+                if isinstance(e, GatewayError):
+                    out.append({"seqno": pc.seqno, "status": "error", "error": e.code, "message": e.message})
+                else:
+                    out.append({"seqno": pc.seqno, "status": "error", "error": "not_written", "message": str(e)})
+            elif kind == "dup":
+                skipped += 1
+                out.append({"seqno": pc.seqno, "status": "skipped", "already_written": True})
             else:
-                gw.metrics.chunks.labels("written").inc()
-                gw.metrics.bytes_written.inc(item[2])
-                out.append({"seqno": seqno, "status": "written", "partition": partition, "offset": offset})
+                written += 1
+                nbytes += pc.size
+                out.append({"seqno": pc.seqno, "status": "written", "partition": pc.partition, "offset": pc.offset})
+        if written:
+            gw.metrics.chunks.labels("written").inc(written)
+            gw.metrics.bytes_written.inc(nbytes)
+        if skipped:
+            gw.metrics.chunks.labels("skipped").inc(skipped)
         return out
 
     def _check(self, sess: Session, key) -> None:
@@ -394,51 +451,57 @@ class SessionManager:
         if st.broken:
             raise GatewayError(503, "session_broken", f"a write of this source failed ({st.broken}); open a new session to resume from the last seqno")
 
-    async def _send(self, st: SourceState, pc: PendingChunk) -> None:
-        gw = self.gw
+    def _try_send(self, st: SourceState, pc: PendingChunk, key: bytes | None = None) -> bool:
+        """Produce the chunk to the source's current partition now; False when the producer's queue is full."""
         pc.attempt += 1
-        attempt = pc.attempt
         partition = st.partition
         pc.partition = partition
-        st.inflight += 1
-        st.idle.clear()
         try:
-            fut = await gw.producer.produce(st.topic, partition, pc.value, pc.headers, int(time.time() * 1000),
-                                            key=st.source.encode())
+            self.gw.producer.produce_to(_Attempt(self, st, pc, pc.attempt, partition), st.topic, partition, pc.value,
+                                        pc.headers, int(time.time() * 1000), key or st.source.encode())
+        except BufferError:
+            pc.attempt -= 1
+            return False
         except ProduceError as e:
-            st.inflight -= 1
             self._fail(st, pc, e)
             self._maybe_idle(st)
-            return
-        fut.add_done_callback(lambda f: self._delivered(st, pc, attempt, partition, f))
+            return True
+        st.inflight += 1
+        st.idle.clear()
+        return True
 
-    def _delivered(self, st: SourceState, pc: PendingChunk, attempt: int, partition: int, f: asyncio.Future) -> None:
+    async def _send(self, st: SourceState, pc: PendingChunk) -> None:
+        deadline = time.monotonic() + self.cfg.delivery_timeout_ms / 1000
+        while not self._try_send(st, pc):
+            if time.monotonic() > deadline:
+                self._fail(st, pc, ProduceError("the producer's queue stayed full"))
+                self._maybe_idle(st)
+                return
+            await asyncio.sleep(0.005)
+
+    def _delivered(self, st: SourceState, pc: PendingChunk, attempt: int, partition: int, error, p: int, offset: int) -> None:
         st.inflight -= 1
-        exc = f.exception()
-        if exc is None:
-            p, offset = f.result()
+        if error is None:
             self.written_partitions.add((st.topic, p))
             if not pc.done:
-                pc.done = True
                 st.pending.pop(pc.seqno, None)
                 if pc.seqno > st.last_acked:
                     st.last_acked = pc.seqno
-                pc.future.set_result((p, offset))
+                pc.resolve(p, offset, None)
         elif not pc.done and attempt == pc.attempt:
-            if isinstance(exc, ProduceError) and exc.retriable_elsewhere and st.broken is None:
+            if isinstance(error, ProduceError) and error.retriable_elsewhere and st.broken is None:
                 self._start_failover(st, partition)
             else:
-                self._fail(st, pc, exc)
+                self._fail(st, pc, error)
         self._maybe_idle(st)
 
     def _fail(self, st: SourceState, pc: PendingChunk, exc: BaseException) -> None:
         if pc.done:
             return
-        pc.done = True
         st.pending.pop(pc.seqno, None)
         st.broken = st.broken or str(exc)
         self.gw.metrics.chunks.labels("failed").inc()
-        pc.future.set_exception(exc if isinstance(exc, (GatewayError, ProduceError)) else ProduceError(str(exc)))
+        pc.resolve(-1, -1, exc if isinstance(exc, (GatewayError, ProduceError)) else ProduceError(str(exc)))
 
     def _maybe_idle(self, st: SourceState) -> None:
         if st.quiet():
