@@ -489,8 +489,8 @@ class FailoverProducerWriter(SourcelessWriter):
         self._fp.close(10.0)
 
 
-# The failover producer of logbus.client is used once it is part of the package; until then the fallback.
-USE_CLIENT_FAILOVER_PRODUCER = False
+# Writes without a source go through logbus.client.FailoverProducer; the fallback stays for when it cannot start.
+USE_CLIENT_FAILOVER_PRODUCER = True
 
 
 def make_sourceless_writer(producer: GatewayProducer, health: ClusterHealth, bootstrap: str, delivery_timeout_ms: int,
@@ -498,8 +498,9 @@ def make_sourceless_writer(producer: GatewayProducer, health: ClusterHealth, boo
     if not USE_CLIENT_FAILOVER_PRODUCER:
         return FallbackSourcelessWriter(producer, health)
     try:
-        import logbus.client  # noqa: F401  (present once the failover producer has landed)
-        return FailoverProducerWriter(bootstrap, delivery_timeout_ms, linger_ms)
+        writer = FailoverProducerWriter(bootstrap, delivery_timeout_ms, linger_ms)
+        log.info("writes without a source go through the failover producer")
+        return writer
     except ImportError:
         return FallbackSourcelessWriter(producer, health)
     except Exception as e:  # the failover producer could not start: keep serving with the fallback
