@@ -6,8 +6,6 @@ import json
 import pandas as pd
 import pytest
 
-pytest.importorskip("pyspark")
-
 from logbus.pipeline.deliver_args import DeliverConfig  # noqa: E402
 from logbus.pipeline.kafka_io import parse_headers  # noqa: E402
 from logbus.pipeline.options import OptionError, parse_options, rate_limit, split_range  # noqa: E402
