@@ -11,8 +11,8 @@ What lives here:
   the records below P — every entry was read from the partition itself, so it never claims too much;
 - push subscriptions.
 
-Backends: `sqlite:///path/gateway.db` (WAL; shared by the gateway processes of one host) and
-`zk://host:port/chroot` (kazoo; see `logbus.gateway.zk_store`). Every change that decides ownership is one
+Backend: `sqlite:///path/gateway.db` (WAL; shared by the gateway processes of one host). A ZooKeeper backend for
+gateways on several hosts is not built yet (the interface below is what it has to provide). Every change that decides ownership is one
 transaction (SQLite: BEGIN IMMEDIATE), so two gateways opening a session for one source at once get two different
 generations, and the later one is the owner.
 """
@@ -316,14 +316,12 @@ class SqliteGatewayStore(GatewayStore):
 
 
 def open_store(url: str) -> GatewayStore:
-    """`sqlite:///abs/path.db`, `sqlite://relative.db` or `zk://host:port[,host:port]/chroot`."""
+    """`sqlite:///abs/path.db` or `sqlite://relative.db`."""
     if url.startswith("sqlite://"):
         return SqliteGatewayStore(url[len("sqlite://"):])
     if url.startswith("zk://"):
-        from logbus.gateway.zk_store import ZkGatewayStore
-
-        return ZkGatewayStore(url)
-    raise ValueError(f"gateway store must be sqlite:///path or zk://host:port/chroot, not {url!r}")
+        raise ValueError("the ZooKeeper gateway store is not built yet; gateways on several hosts need it — use sqlite:// (one host)")
+    raise ValueError(f"gateway store must be sqlite:///path, not {url!r}")
 
 
 def dumps(obj) -> str:
