@@ -31,7 +31,7 @@ async def _all_delivered(api: Api, partitions: int, wait_ms: int = 0) -> list[di
 
 def test_batch_transactions_only_committed_ones_are_delivered(broker, gateway_factory):
     # a short window, so the uncommitted transaction is decided (dropped) within the test
-    gw = gateway_factory(broker.bootstrap, settings={"txn_window_ms": 3000})
+    gw = gateway_factory(broker.bootstrap, settings={"txn_window_ms": 5000})
 
     async def scenario():
         async with aiohttp.ClientSession() as http:
@@ -61,7 +61,7 @@ def test_batch_transactions_only_committed_ones_are_delivered(broker, gateway_fa
             assert [r["data"] for r in early if r.get("txn") == "t1"] == ["one-a", "one-b"]
             assert not any(r.get("txn") == t2 for r in early)
             # after the window, t2 is decided: dropped; the plain record behind it is delivered
-            await asyncio.sleep(3000 / 1000 + 5.5)
+            await asyncio.sleep(5000 / 1000 + 5.5)
             late = await _all_delivered(api, 2)
             assert sorted(r["data"] for r in late) == ["one-a", "one-b", "plain-1"]
             one = [r for r in late if r["data"] == "one-a"][0]

@@ -76,21 +76,27 @@ class PartitionReader:
         self.window_ms = gw.config.txn_window_ms
         # (topic, partition) -> OrderedDict txn -> (marker offset, marker timestamp); and how far markers are known
         self._markers: dict[tuple[str, int], OrderedDict] = {}
-        self._scanned: dict[tuple[str, int], int] = {}
+        self._covered: dict[tuple[str, int], tuple[int, int]] = {}   # offsets whose markers are all known
 
     def _scan_markers(self, topic: str, partition: int, start: int, upto: int) -> None:
+        """Make the known markers cover [start, upto): scan what the covered range [lo, hi) does not hold."""
         key = (topic, partition)
         known = self._markers.setdefault(key, OrderedDict())
-        pos = max(start, self._scanned.get(key, 0))
+        lo, hi = self._covered.get(key, (0, 0))
+        if lo <= start <= hi:
+            pos, new_range = hi, (lo, max(hi, upto))
+        else:  # before or past the covered range: cover from start (the old range is forgotten, not trusted)
+            pos, new_range = start, (start, upto)
         while pos < upto:
             recs, nxt, _ = self.gw.scanner.read(topic, partition, pos, 8 * 1024 * 1024, 0.0, stop_at=upto)
             if not recs:
+                new_range = (new_range[0], pos)
                 break
             for r in recs:
                 if "lb.commit" in r.headers and "lb.txn" in r.headers:
                     known.setdefault(r.headers["lb.txn"], (r.offset, r.timestamp))
             pos = nxt
-        self._scanned[key] = max(self._scanned.get(key, 0), pos)
+        self._covered[key] = new_range
         while len(known) > 100_000:
             known.popitem(last=False)
 
@@ -98,7 +104,8 @@ class PartitionReader:
         txn = r.headers["lb.txn"]
         key = (topic, partition)
         marker = self._markers.get(key, {}).get(txn)
-        if marker is None and self._scanned.get(key, 0) < high:
+        lo, hi = self._covered.get(key, (0, 0))
+        if marker is None and not (lo <= r.offset and hi >= high):
             self._scan_markers(topic, partition, r.offset, high)
             marker = self._markers.get(key, {}).get(txn)
         if marker is not None and marker[0] > r.offset:
