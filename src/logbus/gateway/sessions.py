@@ -471,13 +471,28 @@ class SessionManager:
         return True
 
     async def _send(self, st: SourceState, pc: PendingChunk) -> None:
-        deadline = time.monotonic() + self.cfg.delivery_timeout_ms / 1000
-        while not self._try_send(st, pc):
-            if time.monotonic() > deadline:
-                self._fail(st, pc, ProduceError("the producer's queue stayed full"))
-                self._maybe_idle(st)
-                return
-            await asyncio.sleep(0.005)
+        """Produce when the producer's queue has room. While it waits the chunk counts as in flight (a release
+        waits for it), and it is produced only if the source is still this gateway's to write."""
+        st.inflight += 1
+        st.idle.clear()
+        try:
+            deadline = time.monotonic() + self.cfg.delivery_timeout_ms / 1000
+            while True:
+                if self.fence.get(_key(st.topic, st.source), 0) != st.generation:
+                    self._fail(st, pc, GatewayError(409, "fenced", "a newer session owns the source; the chunk was not written"))
+                    return
+                if self.gw.closing or time.monotonic() > self.gw.lease_ok_until:
+                    self._fail(st, pc, GatewayError(503, "store_unavailable", "the gateway stopped accepting writes; the chunk was not written"))
+                    return
+                if self._try_send(st, pc):
+                    return
+                if time.monotonic() > deadline:
+                    self._fail(st, pc, ProduceError("the producer's queue stayed full"))
+                    return
+                await asyncio.sleep(0.005)
+        finally:
+            st.inflight -= 1
+            self._maybe_idle(st)
 
     def _delivered(self, st: SourceState, pc: PendingChunk, attempt: int, partition: int, error, p: int, offset: int) -> None:
         st.inflight -= 1
