@@ -139,6 +139,13 @@ def test_pull_long_poll_byte_limit_and_read_sessions(broker, gateway_factory):
 
 def test_push_delivery_retries_with_backoff_and_sourceless_writes(broker, gateway_factory):
     gw = gateway_factory(broker.bootstrap, settings={"push_backoff_ms": 100, "push_backoff_max_ms": 400})
+
+    def _committed(group: str) -> int:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        try:
+            return sum(tp.offset for tp in c.committed([TopicPartition(PHYS, p) for p in range(2)], timeout=10) if tp.offset > 0)
+        finally:
+            c.close()
     received: list[dict] = []
     attempts: list[float] = []
 
@@ -170,6 +177,11 @@ def test_push_delivery_retries_with_backoff_and_sourceless_writes(broker, gatewa
                     await asyncio.sleep(0.1)
                 listed = await api.ok("GET", "/v1/push")
                 assert listed["push"][0]["status"]["failures"] >= 3
+                # the gateway commits a batch's offsets after the endpoint's 2xx: wait for that before deleting
+                deadline = time.monotonic() + 15
+                while _committed("lb.acme.hook") < 6:
+                    assert time.monotonic() < deadline, "push offsets were not committed"
+                    await asyncio.sleep(0.2)
                 await api.ok("DELETE", f"/v1/push/{push['push_id']}")
         finally:
             await runner.cleanup()
@@ -180,10 +192,4 @@ def test_push_delivery_retries_with_backoff_and_sourceless_writes(broker, gatewa
     assert all(r["host"] == "h9" and r["origin"] == "dc1" and "seqno" not in r for b in received for r in b["records"])
     gaps = [b - a for a, b in zip(attempts, attempts[1:4])]
     assert gaps[0] >= 0.09 and gaps[1] >= 0.18 and gaps[2] >= 0.36, f"exponential backoff: {gaps}"
-    # the group offsets follow the deliveries
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lb.acme.hook"})
-    try:
-        committed = c.committed([TopicPartition(PHYS, p) for p in range(2)], timeout=10)
-        assert sum(tp.offset for tp in committed if tp.offset > 0) == 6
-    finally:
-        c.close()
+    assert _committed("lb.acme.hook") == 6, "the group offsets follow the deliveries"
