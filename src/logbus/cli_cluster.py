@@ -298,12 +298,9 @@ class _Cluster:
                     desc = admin.describe_cluster(request_timeout=2.0).result(timeout=3.0)
                     live = {n.id for n in desc.nodes}
                     progress.update(task, completed=len(live & want))
-                    if want <= live and desc.controller is not None and desc.controller.id >= 0:
-                        return {
-                            "cluster_id": desc.cluster_id,
-                            "controller": desc.controller.id,
-                            "live": sorted(live),
-                        }
+                    controller = lease_holder(self.bootstrap) if want <= live else None
+                    if controller is not None:
+                        return {"cluster_id": desc.cluster_id, "controller": controller, "live": sorted(live)}
                     missing = sorted(want - live)
                     last_error = f"brokers {_ids(missing)} not live yet" if missing else "no controller yet"
                 except Exception as e:  # noqa: BLE001 - the brokers are still starting
@@ -508,7 +505,7 @@ def cluster_status(args: argparse.Namespace) -> int:
             totals[key] += len(t[key])
         topics.append(t)
 
-    controller = desc.controller.id if desc.controller is not None and desc.controller.id >= 0 else None
+    controller = lease_holder(args.bootstrap_server)
     brokers = [{"id": n.id, "host": n.host, "port": n.port, "rack": n.rack} for n in sorted(desc.nodes, key=lambda n: n.id)]
     if args.json:
         print(json.dumps({"cluster_id": desc.cluster_id, "controller": controller, "brokers": brokers,
@@ -534,3 +531,37 @@ def cluster_status(args: argparse.Namespace) -> int:
     else:
         print("Every partition has a leader and a full ISR.")
     return 0
+
+
+def lease_holder(bootstrap: str, timeout: float = 5.0) -> int | None:
+    """The broker holding the controller lease (DescribeCluster v1, controllers endpoint), asked of
+    the first broker of `bootstrap` that answers. Kafka clients' own "controller" is whichever live
+    broker serves admin requests; this is the one that elects leaders."""
+    import struct
+
+    from logbus.protocol.codec import decode_response, encode_request
+
+    request = encode_request(60, 1, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2}, client_id="logbus-cli")
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
+                conn.sendall(request)
+                head = _recv_exactly(conn, 4)
+                frame = _recv_exactly(conn, struct.unpack(">i", head)[0])
+        except (OSError, ValueError):
+            continue
+        resp = decode_response(frame, 60, 1)
+        return resp.controller_id if resp.error_code == 0 and resp.controller_id >= 0 else None
+    return None
+
+
+def _recv_exactly(conn: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = conn.recv(n)
+        if not chunk:
+            raise OSError("connection closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)

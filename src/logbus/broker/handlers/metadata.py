@@ -46,7 +46,9 @@ async def handle(ctx, request) -> dict:
         "throttle_time": 0,
         "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in image.brokers.values()],
         "cluster_id": image.cluster_id,
-        "controller_id": image.controller_id,
+        # KRaft-style: any live broker serves admin requests, so clients send them here rather than
+        # wait on a controller that may have just died (DescribeCluster names the lease holder)
+        "controller_id": broker.config.broker_id,
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     }
