@@ -334,6 +334,26 @@ def test_controller_dies_another_takes_over_and_elects(cluster_factory):
     assert describe_controller(cluster) == second
 
 
+@pytest.mark.slow
+def test_leadership_returns_to_preferred_replicas_by_itself(cluster_factory):
+    """auto.leader.rebalance.enable: after a leader comes back, the controller gives it its preferred
+    partitions again without anyone asking (a check every second here, 300 s by default)."""
+    cluster = cluster_factory(brokers=3, settings={"leader_imbalance_check_interval_seconds": 1})
+    topic = "preferred"
+    create_topic(cluster, topic, partitions=3, rf=3)
+    preferred = {p: cluster.partition(topic, p)[1][0] for p in range(3)}
+    for p in range(3):
+        wait_isr(cluster, topic, p, {0, 1, 2})
+    victim = preferred[0]
+    cluster.brokers[victim].kill()
+    assert wait_leader(cluster, topic, 0, not_in={victim}) != victim
+    cluster.brokers[victim].start()
+    wait_isr(cluster, topic, 0, {0, 1, 2})
+    cluster.wait_until(lambda: all(leader(cluster, topic, p) == preferred[p] for p in range(3)), 30,
+                       "every partition led by its preferred replica again")
+    assert produce_sync(cluster.bootstrap, topic, [b"home"], partition=0) == [None]
+
+
 # --- 4. truncation of what never reached the ISR --------------------------------------------------
 
 

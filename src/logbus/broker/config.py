@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from logbus.settings import load_layered
 from logbus.storage.config import LogConfig
 
 # name -> help text; the README's settings table is generated from the same words.
@@ -91,24 +90,7 @@ class BrokerConfig:
     @classmethod
     def load(cls, toml_path: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> "BrokerConfig":
         """Defaults < TOML file < LOGBUS_* environment < explicit overrides (flags); None overrides are ignored."""
-        values: dict[str, Any] = {}
-        if toml_path is not None:
-            with open(toml_path, "rb") as f:
-                values.update(tomllib.load(f))
-        env = os.environ if env is None else env
-        for f in fields(cls):
-            key = "LOGBUS_" + f.name.upper()
-            if key in env and f.name != "topic_defaults":
-                values[f.name] = env[key]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown broker setting(s): {', '.join(sorted(unknown))}")
-        config = cls()
-        for f in fields(cls):
-            if f.name in values:
-                setattr(config, f.name, _coerce(f.name, getattr(config, f.name), values[f.name]))
-        return config
+        return load_layered(cls, "broker", "LOGBUS_", _coerce, toml_path, env, overrides, not_from_env={"topic_defaults"})
 
     def with_changes(self, **changes: Any) -> "BrokerConfig":
         return replace(self, **changes)

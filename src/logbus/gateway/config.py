@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
-import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from logbus.settings import load_layered
 
 # name -> help text; the README's settings table says the same.
 GATEWAY_SETTINGS_DOC = {
@@ -104,23 +104,7 @@ class GatewayConfig:
     @classmethod
     def load(cls, toml_path: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> "GatewayConfig":
         """Defaults < TOML file < LOGBUS_GATEWAY_* environment < explicit overrides (flags); None is ignored."""
-        values: dict[str, Any] = {}
-        if toml_path is not None:
-            with open(toml_path, "rb") as f:
-                values.update(tomllib.load(f))
-        env = os.environ if env is None else env
-        for f in fields(cls):
-            key = "LOGBUS_GATEWAY_" + f.name.upper()
-            if key in env and f.name != "producer_config":
-                values[f.name] = env[key]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown gateway setting(s): {', '.join(sorted(unknown))}")
-        config = cls()
-        for f in fields(cls):
-            if f.name in values:
-                setattr(config, f.name, _coerce(f.name, getattr(config, f.name), values[f.name]))
+        config = load_layered(cls, "gateway", "LOGBUS_GATEWAY_", _coerce, toml_path, env, overrides, not_from_env={"producer_config"})
         config.validate()
         return config
 

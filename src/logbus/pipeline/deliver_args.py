@@ -6,11 +6,11 @@ Kept free of Spark imports so that `logbus --help` and `logbus deliver --help` s
 from __future__ import annotations
 
 import argparse
-import os
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from logbus.settings import load_layered
 
 # name -> help text (also used for `logbus deliver --help` and the README).
 DELIVER_SETTINGS_DOC: dict[str, str] = {
@@ -80,23 +80,8 @@ class DeliverConfig:
 
     @classmethod
     def load(cls, toml_path: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> "DeliverConfig":
-        values: dict[str, Any] = {}
-        if toml_path is not None:
-            with open(toml_path, "rb") as f:
-                values.update(tomllib.load(f))
-        env = os.environ if env is None else env
-        for f in fields(cls):
-            key = "LOGBUS_DELIVER_" + f.name.upper()
-            if key in env:
-                values[f.name] = env[key]
-        values.update({k: v for k, v in overrides.items() if v is not None and v != [] and v != {}})
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown deliver setting(s): {', '.join(sorted(unknown))}")
-        config = cls()
-        for f in fields(cls):
-            if f.name in values:
-                setattr(config, f.name, _coerce(f.name, getattr(config, f.name), values[f.name]))
+        config = load_layered(cls, "deliver", "LOGBUS_DELIVER_", _coerce, toml_path, env, overrides,
+                              unset=lambda v: v is None or v == [] or v == {})
         config.validate()
         return config
 
