@@ -16,8 +16,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class BrokerProcess:
-    """One `logbus broker` process; `kill()` is SIGKILL, `stop()` is SIGTERM (clean shutdown)."""
+class ServiceProcess:
+    """A logbus server process started by a test: `kill()` is SIGKILL, `stop()` is SIGTERM (clean shutdown)."""
+
+    proc: subprocess.Popen | None = None
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode if self.proc else 0
+
+    def alive(self) -> bool:
+        return bool(self.proc) and self.proc.poll() is None
+
+
+class BrokerProcess(ServiceProcess):
+    """One `logbus broker` process."""
 
     def __init__(self, data_dir: Path, port: int | None = None, config_toml: str | None = None, extra_args: list[str] | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -51,23 +78,3 @@ class BrokerProcess:
                 time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"broker did not listen within {timeout}s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode if self.proc else 0
-
-    def alive(self) -> bool:
-        return bool(self.proc) and self.proc.poll() is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from brokerproc import free_port
+from brokerproc import ServiceProcess, free_port
 
 ADMIN = "admin-secret-token"
 
@@ -25,8 +24,8 @@ def _toml(value) -> str:
     return json.dumps(str(value))
 
 
-class GatewayProcess:
-    """One `logbus gateway` process; `kill()` is SIGKILL, `stop()` is SIGTERM."""
+class GatewayProcess(ServiceProcess):
+    """One `logbus gateway` process."""
 
     def __init__(self, data_dir: Path, bootstrap: str, store: str | None = None, port: int | None = None,
                  gateway_id: str | None = None, settings: dict | None = None) -> None:
@@ -71,26 +70,6 @@ class GatewayProcess:
             time.sleep(0.1)
         self.kill()
         raise TimeoutError(f"gateway did not answer within {timeout}s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode if self.proc else 0
-
-    def alive(self) -> bool:
-        return bool(self.proc) and self.proc.poll() is None
 
 
 @pytest.fixture
