@@ -46,3 +46,33 @@ def load_layered(
         if name in values:
             setattr(config, name, coerce(name, getattr(config, name), values[name]))
     return config
+
+
+def coerce_scalar(name: str, current: Any, value: Any) -> Any:
+    """A setting's value from TOML or text, typed like its default (bool, int, float or text)."""
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{name} must be true or false, not {value!r}")
+        return text in ("true", "1", "yes")
+    if isinstance(current, int):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+    if isinstance(current, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number, not {value!r}") from None
+    return None if value is None else str(value)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """host:port (IPv6 hosts in brackets) -> (host, port); ValueError otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"address must be host:port, not {address!r}")
+    return host.strip("[]"), int(port)

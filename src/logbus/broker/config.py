@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from logbus.settings import load_layered
+from logbus.settings import coerce_scalar, load_layered, split_address
 from logbus.storage.config import LogConfig
 
 # name -> help text; the README's settings table is generated from the same words.
@@ -77,15 +77,15 @@ class BrokerConfig:
 
     @property
     def listen_host(self) -> str:
-        return _split_address(self.listen)[0]
+        return split_address(self.listen)[0]
 
     @property
     def listen_port(self) -> int:
-        return _split_address(self.listen)[1]
+        return split_address(self.listen)[1]
 
     @property
     def advertised_host_port(self) -> tuple[str, int]:
-        return _split_address(self.advertised or self.listen)
+        return split_address(self.advertised or self.listen)
 
     @classmethod
     def load(cls, toml_path: Path | None = None, env: dict[str, str] | None = None, **overrides: Any) -> "BrokerConfig":
@@ -106,7 +106,7 @@ def _coerce(name: str, current: Any, value: Any) -> Any:
     if name == "data_dir":
         return Path(value)
     if name in ("listen", "advertised"):
-        _split_address(str(value))
+        split_address(str(value))
         return str(value)
     if name in ("rack", "metadata", "log_placement_constraints"):
         if isinstance(value, dict):  # placement constraints written as a TOML table
@@ -114,27 +114,9 @@ def _coerce(name: str, current: Any, value: Any) -> Any:
 
             return json.dumps(value)
         return None if value in (None, "") else str(value)
-    if isinstance(current, bool):
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"{name} must be true or false, not {value!r}")
-        return text in ("true", "1", "yes")
-    if isinstance(current, int):
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be an integer, not {value!r}") from None
-    return value
+    return coerce_scalar(name, current, value)
 
 
 def _toml_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"address must be host:port, not {address!r}")
-    return host.strip("[]"), int(port)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logbus.settings import load_layered
+from logbus.settings import coerce_scalar, load_layered, split_address
 
 # name -> help text; the README's settings table says the same.
 GATEWAY_SETTINGS_DOC = {
@@ -74,11 +74,11 @@ class GatewayConfig:
 
     @property
     def listen_host(self) -> str:
-        return _split_address(self.listen)[0]
+        return split_address(self.listen)[0]
 
     @property
     def listen_port(self) -> int:
-        return _split_address(self.listen)[1]
+        return split_address(self.listen)[1]
 
     @property
     def tls(self) -> bool:
@@ -109,7 +109,7 @@ class GatewayConfig:
         return config
 
     def validate(self) -> None:
-        _split_address(self.listen)
+        split_address(self.listen)
         if not self.dc or not all(c.isalnum() or c in "_-" for c in self.dc):
             raise ValueError(f"dc must be letters, digits, '_' or '-', not {self.dc!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -135,25 +135,9 @@ def _coerce(name: str, current: Any, value: Any) -> Any:
     if name == "data_dir":
         return Path(value)
     if name == "listen":
-        _split_address(str(value))
+        split_address(str(value))
         return str(value)
     if name in ("advertised_url", "gateway_id", "store", "tls_cert", "tls_key"):
         return None if value in (None, "") else str(value)
-    if isinstance(current, bool):
-        text = str(value).strip().lower()
-        if text not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"{name} must be true or false, not {value!r}")
-        return text in ("true", "1", "yes")
-    if isinstance(current, int):
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be an integer, not {value!r}") from None
-    return str(value)
+    return coerce_scalar(name, current, value)
 
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"address must be host:port, not {address!r}")
-    return host.strip("[]"), int(port)

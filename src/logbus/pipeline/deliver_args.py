@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from logbus.settings import load_layered
+from logbus.settings import coerce_scalar, load_layered
 
 # name -> help text (also used for `logbus deliver --help` and the README).
 DELIVER_SETTINGS_DOC: dict[str, str] = {
@@ -120,21 +120,7 @@ def _coerce(name: str, current: Any, value: Any) -> Any:
         if n <= 0:
             raise ValueError(f"{name} must be positive, not {value!r}")
         return n
-    if isinstance(current, bool):
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"{name} must be true or false, not {value!r}")
-        return text in ("true", "1", "yes")
-    if isinstance(current, int):
-        return _int(name, value)
-    if isinstance(current, float):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number, not {value!r}") from None
-    return None if value is None else str(value)
+    return coerce_scalar(name, current, value)
 
 
 def _int(name: str, value: Any) -> int:
