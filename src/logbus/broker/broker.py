@@ -100,11 +100,8 @@ class Broker:
                 log.exception("could not refresh cluster metadata; retrying")
 
     def _retention(self) -> None:
-        deleted = 0
-        now = int(time.time() * 1000)
-        for p in list(self.replicas.partitions.values()):
-            # nothing above the high watermark goes: followers may not have fetched it yet
-            deleted += p.log.enforce_retention(now, high_watermark=p.high_watermark)
+        partitions = self.replicas.partitions
+        deleted = self.logs.run_retention(int(time.time() * 1000), lambda key: p.high_watermark if (p := partitions.get(key)) else None)
         if deleted:
             log.info("retention deleted %d segments", deleted)
 

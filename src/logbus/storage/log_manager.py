@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from logbus.storage.config import LogConfig
@@ -162,11 +163,13 @@ class LogManager:
             {k: l.log_start_offset for k, l in self._logs.items()},
         )
 
-    def run_retention(self, now_ms: int) -> int:
+    def run_retention(self, now_ms: int, high_watermark: Callable[[tuple[str, int]], int | None] = lambda key: None) -> int:
+        """Enforce retention on every log; nothing at or above a partition's `high_watermark(key)`
+        goes (followers may not have it yet). One failing partition does not stop the others."""
         deleted = 0
         for key, plog in list(self._logs.items()):
             try:
-                deleted += plog.enforce_retention(now_ms)
+                deleted += plog.enforce_retention(now_ms, high_watermark=high_watermark(key))
             except OSError:
                 log.exception("retention failed for %s-%d", *key)
         return deleted
