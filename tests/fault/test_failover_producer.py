@@ -448,7 +448,8 @@ def test_relay_commits_only_acknowledged_and_resumes_without_loss(broker):
     probe = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe"})
     ends = [probe.get_watermark_offsets(TopicPartition("src", q), timeout=10)[1] for q in range(2)]
     probe.close()
-    assert _committed(broker.bootstrap, "mm", "src", 2) == ends
+    # a partition that never had a record has nothing to commit (-1001) and an end of 0
+    assert [max(o, 0) for o in _committed(broker.bootstrap, "mm", "src", 2)] == ends
     got = seqnos(read_all(broker.bootstrap, "dst", 2, n), "src")
     assert set(got) == set(range(n)), f"missing {sorted(set(range(n)) - set(got))[:5]}"
     print(f"\nrelay: {mid} source records committed before the kill; {sum(got.values()) - n} repeats after the restart")

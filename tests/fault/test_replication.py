@@ -409,7 +409,8 @@ def test_observers_replicate_outside_the_isr(cluster_factory):
     topic = "west-east"
     create_topic(cluster, topic, rf=-1, configs={"confluent.placement.constraints": json.dumps(WEST_EAST_PLACEMENT),
                                                  "min.insync.replicas": "2"})
-    lead, replicas, isr = cluster.partition(topic, 0)
+    # every broker learns of the new topic within a metadata poll; ask until the one answering has
+    lead, replicas, isr = cluster.wait_until(lambda: cluster.partition(topic, 0), 10, "the topic in Metadata")
     assert sorted(replicas) == [0, 1, 2, 3, 4]
     assert replicas[3:] in ([3, 4], [4, 3]), f"observers come last: {replicas}"
     assert sorted(isr) == [0, 1, 2] and lead in (0, 1, 2)
