@@ -7,9 +7,10 @@ Kept in `leader-epoch-checkpoint` in Kafka's text format: version, count, "epoch
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from pathlib import Path
+
+from logbus.storage.files import write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED = -1
@@ -71,13 +72,8 @@ class LeaderEpochCache:
             self._write()
 
     def _write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
         lines = ["0", str(len(self.entries))] + [f"{e} {s}" for e, s in self.entries]
-        with open(tmp, "w") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, ("\n".join(lines) + "\n").encode())
 
 
 def _read(path: Path) -> list[tuple[int, int]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from logbus.protocol.records import BatchHeader, assign_offsets
 from logbus.storage.config import LogConfig
+from logbus.storage.files import fsync_dir
 from logbus.storage.leader_epoch import LeaderEpochCache
 from logbus.storage.producer_state import ProducerStateManager
 from logbus.storage.segment import LOG_SUFFIX, LogSegment
@@ -54,14 +54,6 @@ class AppendResult:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PartitionLog:
@@ -323,7 +315,7 @@ class PartitionLog:
             now_ms=self.clock(),
         )
         self._segments.append(new)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         return new
 
     def flush(self) -> None:
@@ -485,7 +477,7 @@ class PartitionLog:
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.producer_state.delete_snapshots(above=self.log_end_offset)
-        _fsync_dir(self.path)  # a deleted snapshot must not come back after a crash
+        fsync_dir(self.path)  # a deleted snapshot must not come back after a crash
         self._load_producer_state()
 
     def reset_to(self, offset: int) -> None:
@@ -509,7 +501,7 @@ class PartitionLog:
         self.producer_state.clear()
         self.producer_state.delete_snapshots(above=-1)
         self.leader_epochs.clear()
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from logbus.storage.config import LogConfig
+from logbus.storage.files import write_atomically
 from logbus.storage.log import PartitionLog
 
 __all__ = ["LogManager", "parse_partition_dir", "read_checkpoint", "write_checkpoint"]
@@ -34,19 +35,7 @@ def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
     """Kafka's offset checkpoint text format, replaced atomically (tmp, fsync, rename)."""
     lines = ["0", str(len(entries))]
     lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, ("\n".join(lines) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:

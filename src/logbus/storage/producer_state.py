@@ -24,7 +24,6 @@ int32, first offset int64, last offset int64, max timestamp int64.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import struct
 from collections import deque
@@ -34,6 +33,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from logbus.protocol.records import BatchHeader, InvalidRecordError
+from logbus.storage.files import write_atomically
 
 __all__ = [
     "BatchMetadata",
@@ -282,22 +282,7 @@ class ProducerStateManager:
     def write_snapshot(self, offset: int) -> Path:
         """Write the current state as the snapshot for the log below `offset`, atomically."""
         path = self.snapshot_path(offset)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = self.encode()
-            mv = memoryview(data)
-            while mv:
-                mv = mv[os.write(fd, mv) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomically(path, self.encode())
         return path
 
     def load_latest_snapshot(self, max_offset: int, min_offset: int = 0) -> int | None:
