@@ -16,6 +16,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until(predicate, timeout: float, what: str):
+    """Poll `predicate` until it returns something truthy (returned) or `timeout` s pass (TimeoutError);
+    an exception counts as "not yet", since a cluster may be between states."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as e:
+            last = e
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
 class ServiceProcess:
     """A logbus server process started by a test: `kill()` is SIGKILL, `stop()` is SIGTERM (clean shutdown)."""
 

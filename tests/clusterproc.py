@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from brokerproc import BrokerProcess, free_port
+from brokerproc import BrokerProcess, free_port, wait_until
 from confluent_kafka.admin import AdminClient
 
 # Short timeouts so failures are noticed in seconds; every other setting is the broker's default.
@@ -64,17 +64,7 @@ class ClusterProcess:
         return p.leader, list(p.replicas), list(p.isrs)
 
     def wait_until(self, predicate, timeout: float = 30.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = predicate()
-                if last:
-                    return last
-            except Exception as e:  # the cluster may be between states
-                last = e
-            time.sleep(0.2)
-        raise TimeoutError(f"{what} not reached within {timeout}s (last: {last!r})")
+        return wait_until(predicate, timeout, what)
 
 
 def _toml(value) -> str:

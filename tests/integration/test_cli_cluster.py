@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from brokerproc import wait_until
 
 LOGBUS = [sys.executable, "-m", "logbus.cli"]
 TOPICS_ERROR = "Error while executing topic command : "
@@ -71,20 +72,6 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as e:  # the cluster may be between states
-            last = e
-        time.sleep(0.3)
-    raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
 
 
 class ClusterUp:
