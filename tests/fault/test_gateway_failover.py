@@ -92,7 +92,9 @@ def test_partition_offline_failover_keeps_sessions_going(cluster_factory, gatewa
         got = sorted(q for (s, q) in seen if s == f"src-{i:04d}")
         assert got == list(range(1, chunks + 1)), f"src-{i:04d}: {len(got)} distinct seqnos"
     parts = {p for (s, q), p in seen.items() if s == "src-0000"}
-    assert target in parts and len(parts) == 2, "src-0000 wrote to its first partition, then to another"
+    # it wrote to its first partition, then moved on; a partition whose leader was on a stopped broker can
+    # look online until the controller notices, so a second re-pin is allowed (each is a new generation)
+    assert target in parts and len(parts) >= 2, f"src-0000 wrote to its first partition, then to another: {parts}"
     metrics = run(_get(gw.url + "/metrics"))
     assert _metric(metrics, "logbus_gateway_failovers_total") >= len(moved)
     print(f"moved {moved}, {repeats} repeats dropped by (source, seqno), load finished {took:.1f}s after the stop")
