@@ -3,10 +3,12 @@
 1. Baseline in the same run: raw loopback TCP throughput (MB/s), to read the other figures against.
 2. No failures, one broker, 8 partitions: N records of 100 bytes (default 200,000) with a plain
    Producer and with FailoverProducer (sticky partitioner, lb.source/lb.seqno stamping off), both with
-   the same librdkafka settings (acks=all, linger, timeouts, retries), in two pairs: failure reports
-   only (plain: delivery.report.only.error with an error callback; FailoverProducer:
-   delivery_reports="errors", fire and forget) and a Python delivery callback per record (plain:
-   on_delivery; FailoverProducer: delivery_reports="all" with on_delivery). Runs alternate, three
+   the same librdkafka settings (acks=all, linger, timeouts, retries), in three pairs: failure
+   reports only (plain: delivery.report.only.error with an error callback; FailoverProducer:
+   delivery_reports="errors", fire and forget), a Python delivery callback per record (plain:
+   on_delivery; FailoverProducer: delivery_reports="all" with on_delivery), and lines arriving in
+   batches of 1000 (plain: Producer.produce_batch() with the default partitioner; FailoverProducer:
+   produce_batch(), failure reports only). Runs alternate, three
    rounds, the best of each kept. Records/s from the first produce to the last acknowledgement, the
    throughput ratio per pair (target: FailoverProducer ≥ 90 % of plain, i.e. overhead ≤ 10 %), and
    this process's CPU per record (all its threads, librdkafka's included).
@@ -72,6 +74,12 @@ INNER_CONFIG = {"acks": "all", "linger.ms": 5, "message.timeout.ms": 5000, "requ
                 "retry.backoff.ms": 100}
 
 
+BATCH = 1000   # records per produce_batch() call in the "batch" pair
+MODES = {"errors": "failure reports only (fire and forget), one produce() per record",
+         "all": "a delivery callback per record",
+         "batch": f"failure reports only, produce_batch() of {BATCH} records"}
+
+
 def run_plain(bootstrap: str, topic: str, n: int, value: bytes, reports: str) -> tuple[float, float]:
     """reports="all": a Python delivery callback per record; "errors": delivery.report.only.error, a
     callback only for failed records (at least once, since a failure comes back with the record)."""
@@ -85,13 +93,26 @@ def run_plain(bootstrap: str, topic: str, n: int, value: bytes, reports: str) ->
         failed[0] += 1
 
     config = {"bootstrap.servers": bootstrap, **INNER_CONFIG}
-    if reports == "errors":
+    if reports in ("errors", "batch"):
         config.update({"delivery.report.only.error": True, "on_delivery": on_error})
     p = Producer(config)
     p.list_topics(topic, timeout=10)
     kw = {"on_delivery": cb} if reports == "all" else {}
     cpu0, t0 = time.process_time(), time.perf_counter()
-    for i in range(n):
+    if reports == "batch":   # lines arrive in batches: one produce_batch() call per batch, default partitioner
+        lines = [value] * BATCH
+        for _ in range(n // BATCH):
+            msgs = [{"value": v} for v in lines]
+            while True:
+                p.produce_batch(topic, msgs)
+                msgs = [m for m in msgs if "_error" in m]   # queue full: produce those again
+                if not msgs:
+                    break
+                for m in msgs:
+                    del m["_error"]
+                p.poll(0.01)
+            p.poll(0)
+    for i in range(n if reports != "batch" else 0):
         while True:
             try:
                 p.produce(topic, value, **kw)
@@ -101,7 +122,7 @@ def run_plain(bootstrap: str, topic: str, n: int, value: bytes, reports: str) ->
         if i % 1000 == 0:
             p.poll(0)
     assert p.flush(120) == 0 and failed[0] == 0, "plain producer: records not acknowledged"
-    assert reports == "errors" or acked[0] == n, "plain producer: records not acknowledged"
+    assert reports != "all" or acked[0] == n, "plain producer: records not acknowledged"
     return n / (time.perf_counter() - t0), (time.process_time() - cpu0) / n * 1e6
 
 
@@ -114,18 +135,22 @@ def run_failover(bootstrap: str, topic: str, n: int, value: bytes, reports: str)
             acked[0] += 1
 
     fo = FailoverProducer(bootstrap_servers=bootstrap, max_pending_records=100000, max_pending_bytes=256 << 20,
-                          delivery_reports=reports)
+                          delivery_reports="all" if reports == "all" else "errors")
     fo.produce(topic, b"warm-up")
     fo.flush(10)
     kw = {"on_delivery": cb} if reports == "all" else {}
     cpu0, t0 = time.process_time(), time.perf_counter()
-    for _ in range(n):
+    if reports == "batch":
+        lines = [value] * BATCH
+        for _ in range(n // BATCH):
+            fo.produce_batch(topic, lines)
+    for _ in range(n if reports != "batch" else 0):
         fo.produce(topic, value, **kw)
     assert fo.flush(120) == 0, "failover producer: records not acknowledged"
     rate, cpu = n / (time.perf_counter() - t0), (time.process_time() - cpu0) / n * 1e6
     m = fo.metrics()
     assert m["acknowledged"] == n + 1 and m["failed"] == 0 and fo.close(5) == []
-    assert reports == "errors" or acked[0] == n
+    assert reports != "all" or acked[0] == n
     return rate, cpu
 
 
@@ -140,8 +165,8 @@ def overhead(n: int, rounds: int = 3) -> dict:
             value = b"v" * 100
             best: dict[str, tuple[float, float]] = {}
             for _ in range(rounds):   # alternate, keep the best of each: the machine's load varies
-                for name, run, reports in (("plain_errors", run_plain, "errors"), ("failover_errors", run_failover, "errors"),
-                                           ("plain_all", run_plain, "all"), ("failover_all", run_failover, "all")):
+                for name, run, reports in [(f"{who}_{mode}", run, mode) for mode in MODES
+                                           for who, run in (("plain", run_plain), ("failover", run_failover))]:
                     r = run(b.bootstrap, "plain" if run is run_plain else "failover", n, value, reports)
                     if name not in best or r[0] > best[name][0]:
                         best[name] = r
@@ -149,7 +174,8 @@ def overhead(n: int, rounds: int = 3) -> dict:
             for name, (rate, cpu) in best.items():
                 out[f"{name}_records_s"] = round(rate)
                 out[f"{name}_cpu_us_per_record"] = round(cpu, 2)
-            for mode in ("errors", "all"):
+            out["ratio_batch_to_plain_per_record"] = round(best["failover_batch"][0] / best["plain_errors"][0], 3)
+            for mode in MODES:
                 ratio = best[f"failover_{mode}"][0] / best[f"plain_{mode}"][0]
                 out[f"ratio_{mode}"] = round(ratio, 3)
                 out[f"overhead_pct_{mode}"] = round((1 - ratio) * 100, 1)
@@ -246,11 +272,12 @@ def main() -> int:
         return 0
     o, f = out["no_failures"], out["failover"]
     print(f"loopback TCP baseline           {out['loopback_mb_s']} MB/s")
-    for mode, what in (("errors", "failure reports only (fire and forget)"), ("all", "a delivery callback per record")):
+    for mode, what in MODES.items():
         print(f"-- {what}:")
         print(f"plain producer                  {o[f'plain_{mode}_records_s']} records/s   {o[f'plain_{mode}_cpu_us_per_record']} µs CPU/record")
         print(f"FailoverProducer ({mode:6s})     {o[f'failover_{mode}_records_s']} records/s   {o[f'failover_{mode}_cpu_us_per_record']} µs CPU/record")
         print(f"throughput ratio                {o[f'ratio_{mode}']}  (overhead {o[f'overhead_pct_{mode}']} %, target ≤ 10 %)")
+    print(f"FailoverProducer.produce_batch against plain per-record produce(): ×{o['ratio_batch_to_plain_per_record']}")
     if f is None:
         return 0
     for i, r in enumerate(f["runs"]):

@@ -19,7 +19,9 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from bisect import bisect_right
+from itertools import accumulate
+from typing import Any, Callable, NamedTuple, Sequence
 
 from confluent_kafka import KafkaError, Producer
 
@@ -27,7 +29,7 @@ from logbus.client.cluster_view import ClusterView, TopicView
 from logbus.client.counter import FailedBuffer, MessageCounter
 from logbus.client.errors import (DeliveryFailedError, FailoverProducerError, ProducerClosedError, ProduceTimeoutError,
                                   RecordTooLargeError)
-from logbus.client.partitioner import OnlinePartitioner
+from logbus.client.partitioner import STICKY, OnlinePartitioner
 from logbus.client.settings import FailoverSettings
 
 log = logging.getLogger(__name__)
@@ -239,6 +241,129 @@ class FailoverProducer:
                     self._producer.poll(0)
             finally:
                 self._poll_lock.release()
+
+    def produce_batch(self, topic: str, values: Sequence[bytes | str | None], timeout: float | None = None) -> None:
+        """Accept many unkeyed records without headers, in order; the log shipper's path.
+
+        With delivery_reports="errors" and no source_id, the records go to librdkafka in a few
+        produce_batch() calls — one per stretch of the sticky partition, or one for a round-robin
+        spread — instead of one produce() call each, so the failover machinery costs a few
+        microseconds per batch rather than per record. Refused records come back through the same
+        failed buffer as any other. In the other modes every value goes through produce().
+
+        A record larger than max.message.bytes refuses the whole batch (RecordTooLargeError, nothing
+        accepted). Waiting for room is bounded by `timeout` per wait; a ProduceTimeoutError or
+        ProducerClosedError carries `accepted`, how many leading values were accepted before it.
+        """
+        if self._closing:
+            raise ProducerClosedError("the producer is closed; the records were not accepted")
+        if not isinstance(values, list):
+            values = list(values)
+        if not values:
+            return
+        if str in set(map(type, values)):
+            values = [v.encode() if isinstance(v, str) else v for v in values]
+        view = self._view.topics.get(topic)
+        if view is None or view.unknown:
+            view = self._topic(topic)
+        if None in values:
+            sizes = [len(v) if v is not None else 0 for v in values]
+        else:
+            sizes = list(map(len, values))
+        largest = max(sizes)
+        if largest + _BATCH_OVERHEAD > view.max_message_bytes:
+            self._m["rejected_at_input"] += len(values)
+            raise RecordTooLargeError(
+                f"record {sizes.index(largest)} of the batch is about {largest + _BATCH_OVERHEAD} bytes, larger than "
+                f"max.message.bytes={view.max_message_bytes} of topic {topic!r}; no record of the batch was accepted")
+        if not self._errors_only or self._source is not None:
+            for i, value in enumerate(values):
+                self._produce_one_of_batch(i, topic, value, timeout)
+            return
+        ends = list(accumulate(sizes))
+        i, n = 0, len(values)
+        while i < n:
+            j, refused = self._produce_stretch(view, topic, values, ends, i)
+            if j > i:
+                self._inputs += j - i
+                if self._poll_lock.acquire(False):   # serve delivery reports here, as produce() does
+                    try:
+                        if self._producer is not None:
+                            self._producer.poll(0)
+                    finally:
+                        self._poll_lock.release()
+            for k in refused:   # librdkafka's queue was full for these: accepted one by one, waiting for room
+                self._produce_one_of_batch(k, topic, values[k], timeout)
+            if j == i:   # no room, nothing online, failed records first, closed: the one-record path decides
+                self._produce_one_of_batch(i, topic, values[i], timeout)
+                j = i + 1
+            i = j
+
+    def _produce_one_of_batch(self, index: int, topic: str, value, timeout: float | None) -> None:
+        try:
+            self.produce(topic, value, timeout=timeout)
+        except (ProduceTimeoutError, ProducerClosedError) as e:
+            e.accepted = index
+            raise
+
+    def _produce_stretch(self, view: TopicView, topic: str, values: list, ends: list[int], i: int) -> tuple[int, list[int]]:
+        """Produce values[i:j] in one produce_batch() call when there is room and a partition online;
+        returns j (i when nothing was done) and the indexes librdkafka refused with a full queue."""
+        self._lock_acquire()
+        try:
+            if self._closed or self._merge_needed:
+                return i, []
+            room = self._room
+            if room <= 0:
+                room = self._room = self._counter.max_records - len(self._producer) - len(self._failed)
+                if room <= 0:
+                    return i, []
+            now = _monotonic()
+            if now >= view.recheck_at:
+                self._view.recheck(view, now)
+            chooser = view.chooser
+            if chooser is None:
+                chooser = view.chooser = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
+                                                           self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
+            online = view.online
+            if not online:
+                return i, []
+            last = min(len(values), i + room)
+            before = ends[i - 1] if i else 0
+            if chooser.strategy == STICKY:
+                p = chooser.pick(None, ends[i] - before, view.count, online, view.online_set, now)
+                # The stretch: the records after the first that still fit into the sticky partition's bytes.
+                j = max(i + 1, bisect_right(ends, ends[i] + max(0, chooser.sticky_left), i + 1, last))
+                stretch = ends[j - 1] - ends[i]
+                chooser.sticky_left -= stretch
+                chooser._sticky_sent += stretch
+                msgs = [{"value": v} for v in values[i:j]]
+                self._producer.produce_batch(topic, msgs, partition=p)
+            else:
+                j, k, start = last, len(online), chooser._next
+                msgs = [{"value": v, "partition": online[(start + x) % k]} for x, v in enumerate(values[i:j], 1)]
+                chooser._next = (start + j - i) % k
+                self._producer.produce_batch(topic, msgs)
+            refused, failures = [], []
+            for x, m in enumerate(msgs):
+                err = m.get("_error")
+                if err is None:
+                    continue
+                if err.code() == KafkaError._QUEUE_FULL:
+                    refused.append(i + x)
+                else:   # a local error for this record: accepted, then failed to the caller
+                    failures.append((i + x, err))
+            accepted = j - i - len(refused)
+            counter = self._counter
+            counter.accepted += accepted
+            counter.accepted_bytes += ends[j - 1] - before - sum(ends[k] - (ends[k - 1] if k else 0) for k in refused)
+            self._room -= accepted
+            for k, err in failures:
+                rec = Record(self, topic, values[k], None, None, ends[k] - (ends[k - 1] if k else 0), now)
+                self._fail(rec, DeliveryFailedError(f"produce to {topic} failed: {err.str()}", rec, err.code()))
+            return j, refused
+        finally:
+            self._lock_release()
 
     async def aproduce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
                        headers: list | dict | None = None, timeout: float | None = None) -> asyncio.Future:
