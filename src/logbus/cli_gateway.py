@@ -21,7 +21,7 @@ def add_gateway_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bootstrap-server", dest="bootstrap_servers", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
     g.add_argument("--data-dir", metavar="DIR", help="durable files of the gateway (default ./logbus-gateway)")
     g.add_argument("--dc", help="data centre of this gateway: the physical topic prefix (default dc1)")
-    g.add_argument("--store", metavar="URL", help="state store: sqlite:///path/gateway.db (shared by the gateways of one host)")
+    g.add_argument("--store", metavar="URL", help="state store: sqlite:///path/gateway.db (gateways of one host) or zk://host:port[,host:port]/chroot (several hosts)")
     g.add_argument("--gateway-id", help="name of this gateway in the store")
     g.add_argument("--advertised-url", metavar="URL", help="URL other gateways use to reach this one")
     g.add_argument("--tls-cert", metavar="PEM", help="certificate file (HTTPS with --tls-key)")
@@ -52,7 +52,7 @@ def _gateway_command(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(run_gateway(config))
-    except RuntimeError as e:
+    except (RuntimeError, ConnectionError) as e:  # ConnectionError: the state store cannot be reached
         print(f"logbus gateway: {e}", file=sys.stderr)
         return 1
     return 0

@@ -7,7 +7,7 @@
   online partition; the exactly-once argument is in its docstring.
 - `batch`: store / commit_request / commit with commit markers.
 - `reader`: pull by partition and offset, read sessions with Kafka group offsets, push delivery.
-- `store`: durable gateway state (SQLite) — never the broker's own metadata store.
+- `store`: durable gateway state (SQLite, or ZooKeeper in `zk_store`) — never the broker's own metadata store.
 - `kafka`: the producer, partition health, partition scanning, writes without a source.
 - `server`: the aiohttp application; `openapi`: its OpenAPI document; `config`: settings.
 

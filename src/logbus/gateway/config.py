@@ -18,7 +18,7 @@ GATEWAY_SETTINGS_DOC = {
     "data_dir": "Directory of the gateway's durable files: batch-transaction chunks, the SQLite store by default.",
     "bootstrap_servers": "Kafka bootstrap servers of the cluster the gateway writes to (any Kafka-protocol cluster).",
     "dc": "Data centre of this gateway: the prefix of the physical topics it writes ({dc}.{tenant}.{namespace}.{topic}) and the lb.origin header.",
-    "store": "Gateway state store: `sqlite:///path/gateway.db`, shared by the gateways of one host; default `sqlite://<data_dir>/gateway.db`.",
+    "store": "Gateway state store: `sqlite:///path/gateway.db`, shared by the gateways of one host, or `zk://host:port[,host:port]/chroot` (ZooKeeper), shared by gateways on several hosts; default `sqlite://<data_dir>/gateway.db`.",
     "admin_token": "Bearer token of the administrator: creates tenants and may act for every tenant; also authenticates gateway-to-gateway calls. Empty: no administrator.",
     "tls_cert": "PEM certificate file; with tls_key the gateway serves HTTPS only.",
     "tls_key": "PEM private key file for tls_cert.",

@@ -11,10 +11,11 @@ What lives here:
   the records below P — every entry was read from the partition itself, so it never claims too much;
 - push subscriptions.
 
-Backend: `sqlite:///path/gateway.db` (WAL; shared by the gateway processes of one host). A ZooKeeper backend for
-gateways on several hosts is not built yet (the interface below is what it has to provide). Every change that decides ownership is one
-transaction (SQLite: BEGIN IMMEDIATE), so two gateways opening a session for one source at once get two different
-generations, and the later one is the owner.
+Backends: `sqlite:///path/gateway.db` (WAL; shared by the gateway processes of one host) and
+`zk://host:port[,host:port]/chroot` (ZooKeeper, shared by gateways on several hosts; see logbus.gateway.zk_store).
+Every change that decides ownership is atomic (SQLite: one BEGIN IMMEDIATE transaction; ZooKeeper: a compare-and-set
+on znode versions), so two gateways opening a session for one source at once get two different generations, and the
+later one is the owner.
 """
 
 from __future__ import annotations
@@ -316,12 +317,17 @@ class SqliteGatewayStore(GatewayStore):
 
 
 def open_store(url: str) -> GatewayStore:
-    """`sqlite:///abs/path.db` or `sqlite://relative.db`."""
+    """`sqlite:///abs/path.db`, `sqlite://relative.db` or `zk://host:port[,host:port]/chroot` (chroot /logbus if none)."""
     if url.startswith("sqlite://"):
         return SqliteGatewayStore(url[len("sqlite://"):])
     if url.startswith("zk://"):
-        raise ValueError("the ZooKeeper gateway store is not built yet; gateways on several hosts need it — use sqlite:// (one host)")
-    raise ValueError(f"gateway store must be sqlite:///path, not {url!r}")
+        from logbus.gateway.zk_store import ZooKeeperGatewayStore
+
+        hosts, _, chroot = url[len("zk://"):].partition("/")
+        if not hosts:
+            raise ValueError(f"gateway store {url!r} names no ZooKeeper server: zk://host:port[,host:port]/chroot")
+        return ZooKeeperGatewayStore(hosts, "/" + chroot if chroot else "/logbus")
+    raise ValueError(f"gateway store must be sqlite:///path or zk://host:port/chroot, not {url!r}")
 
 
 def dumps(obj) -> str:
