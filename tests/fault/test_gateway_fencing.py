@@ -1,6 +1,7 @@
 """Fencing between gateway processes: the new owner of a source makes the previous owner's writes final before it
 recovers — by a release call (the previous owner waits for its writes in flight), by a refused connection (the
-previous owner is dead), or by the lease (the previous owner is unreachable)."""
+previous owner is dead), or by the lease (the previous owner is unreachable). Each runs with the two gateways sharing
+a SQLite store (one host) and a ZooKeeper store (several hosts)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,26 @@ import asyncio
 import os
 import signal
 import time
+import uuid
 
 import aiohttp
+import pytest
 from gatewayproc import Api, gateway_factory, read_topic, run  # noqa: F401  (fixture)
+from zkserver import zookeeper  # noqa: F401  (fixture)
 
 TOPIC = "acme/logs/web"
 PHYS = "dc1.acme.logs.web"
 
 
-def _two(gateway_factory, broker, tmp_path, settings=None):
-    store = f"sqlite://{tmp_path / 'shared.db'}"
+@pytest.fixture(params=["sqlite", "zk"])
+def shared_store(request, tmp_path) -> str:
+    """URL of the store both gateways use."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'shared.db'}"
+    return f"zk://{request.getfixturevalue('zookeeper')}/gw-fencing-{uuid.uuid4().hex[:8]}"
+
+
+def _two(gateway_factory, broker, store, settings=None):
     a = gateway_factory(broker.bootstrap, store=store, gateway_id="gw-a", settings=settings)
     b = gateway_factory(broker.bootstrap, store=store, gateway_id="gw-b", settings=settings)
     return a, b
@@ -27,8 +38,8 @@ async def _setup(http, url) -> str:
     return await Api(http, url).setup_topic("acme", "logs", "web", partitions=1)
 
 
-def test_release_waits_for_writes_in_flight_at_the_previous_owner(broker, gateway_factory, tmp_path):
-    a, b = _two(gateway_factory, broker, tmp_path)
+def test_release_waits_for_writes_in_flight_at_the_previous_owner(broker, gateway_factory, shared_store):
+    a, b = _two(gateway_factory, broker, shared_store)
 
     async def scenario():
         async with aiohttp.ClientSession() as http:
@@ -68,8 +79,8 @@ def test_release_waits_for_writes_in_flight_at_the_previous_owner(broker, gatewa
     assert [int(h["lb.seqno"]) for _, _, h, _ in recs] == list(range(1, 121))
 
 
-def test_dead_previous_owner_is_detected_at_once(broker, gateway_factory, tmp_path):
-    a, b = _two(gateway_factory, broker, tmp_path)
+def test_dead_previous_owner_is_detected_at_once(broker, gateway_factory, shared_store):
+    a, b = _two(gateway_factory, broker, shared_store)
 
     async def scenario():
         async with aiohttp.ClientSession() as http:
@@ -87,9 +98,9 @@ def test_dead_previous_owner_is_detected_at_once(broker, gateway_factory, tmp_pa
     assert took < 3.0, f"a refused connection means the owner is gone; no lease wait ({took:.1f}s)"
 
 
-def test_unreachable_previous_owner_is_fenced_by_the_lease(broker, gateway_factory, tmp_path):
+def test_unreachable_previous_owner_is_fenced_by_the_lease(broker, gateway_factory, shared_store):
     settings = {"lease_ms": 6000, "delivery_timeout_ms": 2000, "release_timeout_ms": 1500}
-    a, b = _two(gateway_factory, broker, tmp_path, settings)
+    a, b = _two(gateway_factory, broker, shared_store, settings)
 
     async def scenario():
         async with aiohttp.ClientSession() as http:
