@@ -61,46 +61,44 @@ class GatewayProducer:
         config.update(extra or {})
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self._producer = Producer(config)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._done: list = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll_loop, name="gateway-producer-poll", daemon=True)
+        self._poll = self._producer.poll
+        self._task: asyncio.Task | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._thread.start()
+        self._task = loop.create_task(self._serve_reports())
 
-    def _poll_loop(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
-            if self._done:
-                done, self._done = self._done, []
-                try:
-                    self._loop.call_soon_threadsafe(_resolve_all, done)
-                except RuntimeError:  # the loop is closed
-                    return
+    async def _serve_reports(self) -> None:
+        """Delivery reports are served on the event loop: each record's callback resolves it right there. (A poll
+        thread handing reports over to the loop cost more CPU than the reports, in GIL hand-offs and wake-ups.)
+        Every millisecond while records are in flight, every 10 ms otherwise."""
+        producer, poll, sleep = self._producer, self._poll, asyncio.sleep
+        while True:
+            try:
+                poll(0)
+            except Exception:   # a delivery callback raised: log it, keep serving the others
+                log.exception("delivery report handling failed")
+            await sleep(0.001 if len(producer) else 0.01)
 
-    def produce_to(self, target, topic: str, partition: int, value: bytes, headers: list, timestamp_ms: int,
-                   key: bytes | None = None) -> None:
+    def produce_to(self, target: "DeliveryTarget", topic: str, partition: int, value: bytes, headers: list,
+                   key: bytes | None = None, timestamp_ms: int = 0) -> None:
         """Hand one record to the producer without waiting; `target.delivered(error, partition, offset)` is called
-        on the event loop when it is resolved (error None, or a ProduceError). Raises BufferError when the local
-        queue is full, ProduceError when the record is refused at once."""
+        on the event loop when it is resolved (error None, or a ProduceError). Timestamp 0: the produce time.
+        Raises BufferError when the local queue is full, ProduceError when the record is refused at once."""
         try:
-            self._producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp_ms,
-                                   on_delivery=_Report(target, self).report)
+            self._producer.produce(topic, value, key, partition, target, timestamp=timestamp_ms, headers=headers)
         except KafkaException as e:
             err = e.args[0]
             raise ProduceError(f"produce refused: {err.str()}", err.code()) from None
 
-    async def produce(self, topic: str, partition: int, value: bytes, headers: list, timestamp_ms: int,
+    async def produce(self, topic: str, partition: int, value: bytes, headers: list, timestamp_ms: int = 0,
                       key: bytes | None = None) -> asyncio.Future:
         """Hand one record to the producer; the returned future gives (partition, offset) or raises ProduceError.
         Waits while the local queue is full, bounded by the delivery timeout."""
-        fut = self._loop.create_future()
+        fut = asyncio.get_running_loop().create_future()
         deadline = None
         while True:
             try:
-                self.produce_to(_FutureTarget(fut), topic, partition, value, headers, timestamp_ms, key)
+                self.produce_to(_FutureTarget(fut), topic, partition, value, headers, key, timestamp_ms)
                 return fut
             except BufferError:  # the local queue is full: wait for deliveries, bounded by the delivery timeout
                 deadline = deadline or time.monotonic() + self.delivery_timeout_s
@@ -111,26 +109,36 @@ class GatewayProducer:
     def in_flight(self) -> int:
         return len(self._producer)
 
-    def close(self, timeout: float = 10.0) -> int:
-        left = self._producer.flush(timeout)
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(2)
-        return left
+    async def close(self, timeout: float = 10.0) -> int:
+        """Wait up to `timeout` for the records in flight (their reports resolve them); returns how many are left."""
+        deadline = time.monotonic() + timeout
+        while len(self._producer) and time.monotonic() < deadline:
+            self._poll(0)
+            await asyncio.sleep(0.005)
+        if self._task is not None:
+            self._task.cancel()
+        self._poll(0)
+        return len(self._producer)
 
 
-class _Report:
-    __slots__ = ("target", "producer")
+class DeliveryTarget:
+    """Where one record's outcome goes: the record's delivery callback, called on the event loop (the producer
+    is polled there), turns the report into `delivered(error, partition, offset)`. One object per record."""
+    __slots__ = ()
 
-    def __init__(self, target, producer: "GatewayProducer") -> None:
-        self.target = target
-        self.producer = producer
+    def __call__(self, err, msg) -> None:
+        if err is None:
+            self.delivered(None, msg.partition(), msg.offset())
+        else:
+            code = err.code()
+            self.delivered(ProduceError(f"delivery failed: {err.str()}", code, code in _PARTITION_ERRORS),
+                           msg.partition(), msg.offset())
 
-    def report(self, err, msg) -> None:  # on the producer's poll thread, which also hands the list to the loop
-        self.producer._done.append((self.target, err, msg.partition(), msg.offset()))
+    def delivered(self, error: "ProduceError | None", partition: int, offset: int) -> None:
+        raise NotImplementedError
 
 
-class _FutureTarget:
+class _FutureTarget(DeliveryTarget):
     __slots__ = ("fut",)
 
     def __init__(self, fut: asyncio.Future) -> None:
@@ -143,15 +151,6 @@ class _FutureTarget:
             self.fut.set_result((partition, offset))
         else:
             self.fut.set_exception(error)
-
-
-def _resolve_all(done: list) -> None:
-    for target, err, partition, offset in done:
-        if err is None:
-            target.delivered(None, partition, offset)
-        else:
-            code = err.code()
-            target.delivered(ProduceError(f"delivery failed: {err.str()}", code, code in _PARTITION_ERRORS), partition, offset)
 
 
 @dataclass
@@ -293,9 +292,9 @@ class PartitionScanner:
         keeps a tailing consumer (up to 32, least recently used closed): a scan that starts where the last one ended
         goes on with it, with the records fetched past the last end kept for it; any other start gets a new consumer.
         Callers serialise scans of one partition."""
-        found: dict[str, tuple[int, int]] = {}
+        found: dict[bytes, tuple[int, int]] = {}
         if end <= start:
-            return found
+            return {}
         key = (topic, partition)
         with self._lock:
             tailer = self._tailers.pop(key, None)
@@ -319,9 +318,9 @@ class PartitionScanner:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"reading {topic}[{partition}] {start}..{end} did not finish within {timeout}s (at {last})")
                     batch = c.consume(10000, 0.02)  # returns early only with 10000 messages: keep the wait short
+                # The consumer reads this one partition only. Per record: the offset and the two headers the
+                # gateway writes first (any order is accepted, at a cost).
                 for i, msg in enumerate(batch):
-                    if msg.partition() != partition or msg.topic() != topic:
-                        continue
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -338,25 +337,27 @@ class PartitionScanner:
                     hs = msg.headers()
                     if not hs:
                         continue
-                    src = seq = None
-                    for k, v in hs:
-                        if k == "lb.source":
-                            src = v
-                        elif k == "lb.seqno":
-                            seq = v
-                    if src is None or seq is None:
-                        continue
+                    if len(hs) > 1 and hs[0][0] == "lb.source" and hs[1][0] == "lb.seqno":
+                        src, seq = hs[0][1], hs[1][1]
+                    else:
+                        src = seq = None
+                        for k, v in hs:
+                            if k == "lb.source":
+                                src = v
+                            elif k == "lb.seqno":
+                                seq = v
+                        if src is None or seq is None:
+                            continue
                     try:
                         seqno = int(seq)
-                    except ValueError:
+                    except (TypeError, ValueError):
                         continue
-                    s = src.decode("utf-8", "replace")
-                    prev = found.get(s)
+                    prev = found.get(src)
                     if prev is None or seqno > prev[0]:
-                        found[s] = (seqno, off)
+                        found[src] = (seqno, off)
                 batch = []
             ok = True
-            return found
+            return {src.decode("utf-8", "replace"): v for src, v in found.items()}
         finally:
             if ok:
                 with self._lock:

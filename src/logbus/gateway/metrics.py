@@ -22,7 +22,9 @@ class GatewayMetrics:
         self.txn = Counter(p + "batch_operations", "Batch-transaction calls (store, commit_request, commit)", ["op"], registry=r)
         self.push = Counter(p + "push_records", "Push delivery: records delivered and failed attempts", ["outcome"], registry=r)
         self.sourceless = Counter(p + "sourceless_records", "Records written without a source", registry=r)
-        self.index_records = Counter(p + "index_records", "Records read by the background seqno indexer", registry=r)
+        self.index_records = Counter(p + "index_records", "Records the background seqno indexer added to the index, by how: "
+                                     "read_back (read from the partition) or own_writes (this gateway's acknowledged writes "
+                                     "filled the range)", ["how"], registry=r)
         self.write_sessions = Gauge(p + "write_sessions", "Open write sessions", registry=r)
         self.read_sessions = Gauge(p + "read_sessions", "Open read sessions", registry=r)
         self.in_flight = Gauge(p + "producer_in_flight", "Records handed to the producer and not yet acknowledged", registry=r)

@@ -38,7 +38,7 @@ from logbus.gateway.kafka import (ClusterHealth, GatewayProducer, PartitionScann
 from logbus.gateway.metrics import GatewayMetrics
 from logbus.gateway.openapi import openapi_document
 from logbus.gateway.reader import PartitionReader, PushDelivery, ReadSessions, record_json
-from logbus.gateway.sessions import Chunk, SessionManager
+from logbus.gateway.sessions import Chunk, OwnWrites, SessionManager
 from logbus.gateway.store import GatewayRecord, PushRecord, TopicRecord, open_store
 
 log = logging.getLogger("logbus.gateway")
@@ -135,7 +135,7 @@ class Gateway:
         await self.pushes.stop_all()
         for t in self._tasks:
             t.cancel()
-        await self.run_blocking(self.producer.close, self.config.delivery_timeout_ms / 1000)
+        await self.producer.close(self.config.delivery_timeout_ms / 1000)
         await self.runner.cleanup()
         await self.http.close()
         self.sourceless.close()
@@ -203,28 +203,34 @@ class Gateway:
     async def _index_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.index_interval_ms / 1000)
-            todo, self.sessions.written_partitions = self.sessions.written_partitions, set()
-            for topic, p in sorted(todo):
+            todo, self.sessions.own_writes = self.sessions.own_writes, {}
+            for (topic, p), own in sorted(todo.items()):
                 try:
-                    await self.index_partition(topic, p)
+                    await self.index_partition(topic, p, own)
                 except Exception as e:  # noqa: BLE001
                     log.warning("indexing %s[%d] failed: %s", topic, p, e)
-                    self.sessions.written_partitions.add((topic, p))
+                    self.sessions.own_writes.setdefault((topic, p), OwnWrites())   # the next run reads it back
 
     def index_lock(self, topic: str, partition: int) -> asyncio.Lock:
         return self._index_locks.setdefault((topic, partition), asyncio.Lock())
 
-    async def index_partition(self, topic: str, p: int) -> int:
-        """Bring the seqno index of a partition up to its high watermark (reads only what is past the position)."""
+    async def index_partition(self, topic: str, p: int, own: OwnWrites | None = None) -> int:
+        """Bring the seqno index of a partition up to its high watermark, reading only what is past the position;
+        when this gateway's own acknowledged writes fill everything past the position, from those alone."""
         async with self.index_lock(topic, p):
             pos = await self.run_store(self.store.index_position, topic, p) or 0
+            end = own.covered_end(pos) if own is not None else None
+            if end is not None:
+                await self.run_store(self.store.save_index, topic, p, end, own.entries)
+                self.metrics.index_records.labels("own_writes").inc(end - pos)
+                return end - pos
             low, high = await self.run_blocking(self.scanner.watermarks, topic, p)
             start = max(pos, low)
             if high <= start:
                 return 0
             found = await self.run_blocking(self.scanner.scan_sources, topic, p, start, high)
             await self.run_store(self.store.save_index, topic, p, high, found)
-            self.metrics.index_records.inc(high - start)
+            self.metrics.index_records.labels("read_back").inc(high - start)
             return high - start
 
     async def _expiry_loop(self) -> None:

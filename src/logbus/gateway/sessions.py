@@ -69,6 +69,7 @@ order they were accepted, which is rising seqno; a failover resends in seqno ord
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 import logging
 import secrets
 import time
@@ -78,7 +79,7 @@ from typing import Any
 import aiohttp
 
 from logbus.gateway.errors import GatewayError
-from logbus.gateway.kafka import ProduceError
+from logbus.gateway.kafka import DeliveryTarget, ProduceError
 from logbus.gateway.store import Owner, Pin, TopicRecord
 
 log = logging.getLogger("logbus.gateway.sessions")
@@ -128,7 +129,7 @@ class PendingChunk:
             b.future.set_result(None)
 
 
-class _Attempt:
+class _Attempt(DeliveryTarget):
     """One produce of a pending chunk; the producer reports its outcome here."""
     __slots__ = ("manager", "st", "pc", "attempt", "partition")
 
@@ -137,6 +138,36 @@ class _Attempt:
 
     def delivered(self, error, partition: int, offset: int) -> None:
         self.manager._delivered(self.st, self.pc, self.attempt, self.partition, error, partition, offset)
+
+
+class OwnWrites:
+    """What this gateway wrote to one partition and saw acknowledged since the last index run: per source the
+    highest (seqno, offset), and the offsets in order. When those offsets fill the whole range from the index
+    position on, this gateway was the partition's only writer there, and the index advances without reading the
+    partition back. Delivery reports of one partition come in offset order; anything else voids the shortcut."""
+    __slots__ = ("entries", "offsets", "ordered")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[int, int]] = {}
+        self.offsets: list[int] = []
+        self.ordered = True
+
+    def add(self, source: str, seqno: int, offset: int) -> None:
+        offsets = self.offsets
+        if offsets and offset <= offsets[-1]:
+            self.ordered = False
+        offsets.append(offset)
+        prev = self.entries.get(source)
+        if prev is None or seqno > prev[0]:
+            self.entries[source] = (seqno, offset)
+
+    def covered_end(self, position: int) -> int | None:
+        """The end of [position, end) when every offset in it is a record written here, else None."""
+        offsets = self.offsets
+        if not self.ordered or not offsets or offsets[-1] < position:
+            return None
+        end = offsets[-1] + 1
+        return end if len(offsets) - bisect_left(offsets, position) == end - position else None
 
 
 @dataclass
@@ -189,7 +220,7 @@ class SessionManager:
         self.states: dict[tuple[str, str], SourceState] = {}
         self.fence: dict[tuple[str, str], int] = {}      # highest generation known per source
         self._open_locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self.written_partitions: set[tuple[str, int]] = set()
+        self.own_writes: dict[tuple[str, int], OwnWrites] = {}   # since the last index run
         self.origin = gw.config.dc.encode()
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -388,8 +419,8 @@ class SessionManager:
                     waits.append(("done", {"seqno": seqno, "status": "skipped", "already_written": True}))
                 continue
             st.last_seqno = seqno
-            pc = PendingChunk(seqno, ch.data, [("lb.source", src), ("lb.seqno", str(seqno).encode()),
-                                               ("lb.created", str(ch.created_ms).encode())] + fixed, batch)
+            pc = PendingChunk(seqno, ch.data, [("lb.source", src), ("lb.seqno", b"%d" % seqno),
+                                               ("lb.created", b"%d" % ch.created_ms), *fixed], batch)
             st.pending[seqno] = pc
             waits.append(("new", pc))
             if st.failing_over:
@@ -458,7 +489,7 @@ class SessionManager:
         pc.partition = partition
         try:
             self.gw.producer.produce_to(_Attempt(self, st, pc, pc.attempt, partition), st.topic, partition, pc.value,
-                                        pc.headers, int(time.time() * 1000), key or st.source.encode())
+                                        pc.headers, key or st.source.encode())
         except BufferError:
             pc.attempt -= 1
             return False
@@ -497,7 +528,10 @@ class SessionManager:
     def _delivered(self, st: SourceState, pc: PendingChunk, attempt: int, partition: int, error, p: int, offset: int) -> None:
         st.inflight -= 1
         if error is None:
-            self.written_partitions.add((st.topic, p))
+            own = self.own_writes.get((st.topic, p))
+            if own is None:
+                own = self.own_writes[(st.topic, p)] = OwnWrites()
+            own.add(st.source, pc.seqno, offset)
             if not pc.done:
                 st.pending.pop(pc.seqno, None)
                 if pc.seqno > st.last_acked:
