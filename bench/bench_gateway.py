@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -36,6 +37,15 @@ from brokerproc import BrokerProcess  # noqa: E402
 from gatewayproc import Api, GatewayProcess  # noqa: E402
 
 CHUNK = 1024
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by a process (default: this one), from /proc."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def headers(source: str, seqno: int) -> list:
@@ -43,7 +53,7 @@ def headers(source: str, seqno: int) -> list:
             ("lb.host", b"bench-host"), ("lb.file", source.encode()), ("lb.type", b"bench"), ("lb.origin", b"dc1")]
 
 
-def direct_produce(bootstrap: str, topic: str, sources: int, chunks: int, partitions: int) -> dict:
+def direct_produce(bootstrap: str, topic: str, sources: int, chunks: int, partitions: int, broker_pid: int) -> dict:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "compression.type": "lz4",
                   "linger.ms": 5, "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
                   "batch.size": 1_000_000})
@@ -54,7 +64,7 @@ def direct_produce(bootstrap: str, topic: str, sources: int, chunks: int, partit
         if err is None:
             acked[0] += 1
 
-    t0 = time.monotonic()
+    t0, c0, b0 = time.monotonic(), cpu_s(), cpu_s(broker_pid)
     for q in range(1, chunks + 1):
         for s in range(sources):
             src = f"direct-{s:03d}"
@@ -69,10 +79,12 @@ def direct_produce(bootstrap: str, topic: str, sources: int, chunks: int, partit
     took = time.monotonic() - t0
     n = acked[0]
     assert left == 0 and n == sources * chunks, f"direct produce: {n} acknowledged, {left} left"
-    return {"chunks": n, "seconds": took, "chunks_per_s": n / took, "mb_per_s": n * CHUNK / took / 1e6}
+    return {"chunks": n, "seconds": took, "chunks_per_s": n / took, "mb_per_s": n * CHUNK / took / 1e6,
+            "producer_cpu_us_per_chunk": (cpu_s() - c0) / n * 1e6, "broker_cpu_us_per_chunk": (cpu_s(broker_pid) - b0) / n * 1e6}
 
 
-async def gateway_sessions(url: str, token: str, topic: str, sources: int, chunks: int, batch: int = 50, window: int = 8) -> dict:
+async def gateway_sessions(url: str, token: str, topic: str, sources: int, chunks: int, pids: dict[str, int],
+                           batch: int = 50, window: int = 8) -> dict:
     """All sessions are opened first (their open time is reported apart), then the clock runs while they write."""
     data = "x" * CHUNK
     counted = [0]
@@ -109,12 +121,13 @@ async def gateway_sessions(url: str, token: str, topic: str, sources: int, chunk
     async with aiohttp.ClientSession() as http:
         tasks = [asyncio.ensure_future(one(i, http)) for i in range(sources)]
         await asyncio.wait_for(opened_all.wait(), 300)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), {name: cpu_s(pid) for name, pid in pids.items()}
         await asyncio.gather(*tasks)
         took = time.monotonic() - t0
+        cpu = {f"{name}_cpu_us_per_chunk": (cpu_s(pid) - cpu0[name]) / counted[0] * 1e6 for name, pid in pids.items()}
     n = counted[0]
     open_times.sort()
-    return {"chunks": n, "seconds": took, "chunks_per_s": n / took, "mb_per_s": n * CHUNK / took / 1e6,
+    return {"chunks": n, "seconds": took, "chunks_per_s": n / took, "mb_per_s": n * CHUNK / took / 1e6, **cpu,
             "concurrent_opens_p50_s": statistics.median(open_times), "concurrent_opens_max_s": open_times[-1]}
 
 
@@ -202,14 +215,19 @@ def main() -> int:
                     return token
 
             token = asyncio.run(setup())
-            out["direct"] = direct_produce(broker.bootstrap, "dc1.bench.ns.direct", args.sources, args.chunks, 8)
-            out["gateway"] = asyncio.run(gateway_sessions(gw.url, token, "bench/ns/sessions", args.sources, args.chunks))
+            out["direct"] = direct_produce(broker.bootstrap, "dc1.bench.ns.direct", args.sources, args.chunks, 8, broker.proc.pid)
+            out["gateway"] = asyncio.run(gateway_sessions(gw.url, token, "bench/ns/sessions", args.sources, args.chunks,
+                                                          {"gateway": gw.proc.pid, "broker": broker.proc.pid, "client": os.getpid()}))
             out["ratio"] = out["gateway"]["mb_per_s"] / out["direct"]["mb_per_s"]
             if not args.json:
-                print(f"direct  : {out['direct']['chunks_per_s']:9.0f} chunks/s {out['direct']['mb_per_s']:7.1f} MB/s")
+                d, g = out["direct"], out["gateway"]
+                print(f"direct  : {d['chunks_per_s']:9.0f} chunks/s {d['mb_per_s']:7.1f} MB/s   CPU per chunk: producer "
+                      f"{d['producer_cpu_us_per_chunk']:.1f} µs, broker {d['broker_cpu_us_per_chunk']:.1f} µs")
                 print(f"gateway : {out['gateway']['chunks_per_s']:9.0f} chunks/s {out['gateway']['mb_per_s']:7.1f} MB/s"
                       f"   ratio {out['ratio']:.2f} (target >= 0.5); {args.sources} sessions opened at once: "
-                      f"p50 {out['gateway']['concurrent_opens_p50_s'] * 1000:.0f} ms, max {out['gateway']['concurrent_opens_max_s'] * 1000:.0f} ms", flush=True)
+                      f"p50 {out['gateway']['concurrent_opens_p50_s'] * 1000:.0f} ms, max {out['gateway']['concurrent_opens_max_s'] * 1000:.0f} ms")
+                print(f"          CPU per chunk: gateway {g['gateway_cpu_us_per_chunk']:.1f} µs, broker {g['broker_cpu_us_per_chunk']:.1f} µs, "
+                      f"WebSocket clients {g['client_cpu_us_per_chunk']:.1f} µs", flush=True)
             if args.open_gib > 0:
                 out["fill"] = fill_partition(broker.bootstrap, "dc1.bench.ns.big", args.open_gib)
                 out["open"] = asyncio.run(open_times(gw.url, token, "bench/ns/big", args.opens, 20))
