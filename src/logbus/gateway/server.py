@@ -14,6 +14,7 @@ import binascii
 import concurrent.futures
 import fcntl
 import functools
+import gc
 import hashlib
 import hmac
 import json
@@ -27,6 +28,7 @@ import time
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -359,13 +361,18 @@ class Gateway:
         return resp
 
 
+def dumps_json(obj: Any) -> str:
+    """JSON text of an answer on the write path (orjson: several times faster than json for per-chunk results)."""
+    return orjson.dumps(obj).decode()
+
+
 async def read_json(request: web.Request) -> dict:
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise
     try:
-        data = json.loads(body)
+        data = orjson.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise bad_request(f"malformed JSON: {e}") from None
     if not isinstance(data, dict):
@@ -431,15 +438,25 @@ def _data(obj: dict, max_bytes: int) -> bytes:
     return data
 
 
-def parse_chunk(obj: Any, max_bytes: int) -> Chunk:
+_SEQNO_END = 2**63
+
+
+def parse_chunk(obj: Any, max_bytes: int, now_ms: int | None = None) -> Chunk:
+    """One chunk object; `created` defaults to `now_ms` (the time the request arrived)."""
+    if type(obj) is dict and len(obj) == 2:   # the common {seqno, data}: checked in one go
+        seqno, data = obj.get("seqno"), obj.get("data")
+        if type(seqno) is int and 0 <= seqno < _SEQNO_END and type(data) is str:
+            value = data.encode()
+            if len(value) <= max_bytes:
+                return Chunk(seqno, value, now_ms if now_ms is not None else int(time.time() * 1000))
     if not isinstance(obj, dict):
         raise invalid("a chunk must be a JSON object with seqno and data")
     seqno = obj.get("seqno")
-    if isinstance(seqno, bool) or not isinstance(seqno, int) or seqno < 0 or seqno >= 2**63:
+    if isinstance(seqno, bool) or not isinstance(seqno, int) or seqno < 0 or seqno >= _SEQNO_END:
         raise invalid("seqno must be an integer in [0, 2^63)")
     created = obj.get("created")
     if created is None:
-        created = int(time.time() * 1000)
+        created = now_ms if now_ms is not None else int(time.time() * 1000)
     elif isinstance(created, bool) or not isinstance(created, int) or created < 0:
         raise invalid("created must be a time in ms since the epoch")
     return Chunk(seqno, _data(obj, max_bytes), created)
@@ -449,7 +466,8 @@ def parse_chunks(body: Any, max_bytes: int) -> list[Chunk]:
     items = body.get("chunks") if isinstance(body, dict) and "chunks" in body else ([body] if isinstance(body, dict) else body)
     if not isinstance(items, list) or not items:
         raise invalid("give a chunk object, or chunks: a non-empty list of them")
-    return [parse_chunk(c, max_bytes) for c in items]
+    now_ms = int(time.time() * 1000)
+    return [parse_chunk(c, max_bytes, now_ms) for c in items]
 
 
 def parse_binary_chunk(data: bytes, max_bytes: int) -> Chunk:
@@ -620,12 +638,12 @@ class Handlers:
         who = await self.gw.principal(request)
         sess = self.gw.sessions.session(request.match_info["session_id"], who.scope)
         try:
-            body = json.loads(await request.read())
+            body = orjson.loads(await request.read())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise bad_request(f"malformed JSON: {e}") from None
         chunks = parse_chunks(body, self.cfg.max_chunk_bytes)
         results = await self.gw.sessions.write(sess, chunks)
-        return web.json_response({"session_id": sess.session_id, "results": results})
+        return web.json_response({"session_id": sess.session_id, "results": results}, dumps=dumps_json)
 
     async def close_session(self, request: web.Request) -> web.Response:
         who = await self.gw.principal(request)
@@ -659,7 +677,7 @@ class Handlers:
                     return
                 if ws.closed:
                     return
-                await ws.send_str(json.dumps({"type": "ack", "results": results}))
+                await ws.send_str(dumps_json({"type": "ack", "results": results}))
 
         resp_task = None
         try:
@@ -687,7 +705,7 @@ class Handlers:
                 try:
                     if msg.type == WSMsgType.TEXT:
                         try:
-                            body = json.loads(msg.data)
+                            body = orjson.loads(msg.data)
                         except json.JSONDecodeError as e:
                             raise bad_request(f"malformed JSON: {e}") from None
                         chunks = parse_chunks(body, self.cfg.max_chunk_bytes)
@@ -909,6 +927,11 @@ def _push_json(r: PushRecord, gw: Gateway) -> dict:
 async def run_gateway(config: GatewayConfig) -> None:
     gw = Gateway(config)
     await gw.start()
+    # Every chunk allocates a handful of short-lived objects, none of them in reference cycles: with the default
+    # thresholds the cyclic collector ran every few hundred chunks and walked everything alive. What start-up
+    # built is frozen out of its walks, and it runs a hundred times less often.
+    gc.freeze()
+    gc.set_threshold(70_000, 20, 20)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

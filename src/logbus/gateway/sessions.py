@@ -85,11 +85,11 @@ from logbus.gateway.store import Owner, Pin, TopicRecord
 log = logging.getLogger("logbus.gateway.sessions")
 
 
-@dataclass
 class Chunk:
-    seqno: int
-    data: bytes
-    created_ms: int
+    __slots__ = ("seqno", "data", "created_ms")
+
+    def __init__(self, seqno: int, data: bytes, created_ms: int) -> None:
+        self.seqno, self.data, self.created_ms = seqno, data, created_ms
 
 
 class Batch:
@@ -135,6 +135,12 @@ class _Attempt(DeliveryTarget):
 
     def __init__(self, manager: "SessionManager", st: "SourceState", pc: PendingChunk, attempt: int, partition: int) -> None:
         self.manager, self.st, self.pc, self.attempt, self.partition = manager, st, pc, attempt, partition
+
+    def __call__(self, err, msg) -> None:
+        if err is None:   # the common case, without the generic path's hops
+            self.manager._delivered(self.st, self.pc, self.attempt, self.partition, None, msg.partition(), msg.offset())
+        else:
+            DeliveryTarget.__call__(self, err, msg)
 
     def delivered(self, error, partition: int, offset: int) -> None:
         self.manager._delivered(self.st, self.pc, self.attempt, self.partition, error, partition, offset)
