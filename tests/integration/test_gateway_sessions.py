@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 import time
@@ -119,6 +120,18 @@ def test_recovery_after_sigkill_reads_only_past_the_index(broker, gateway_factor
     run(write(1, 2001, token, "a"))
     run(write(1, 501, token, "b"))
     time.sleep(1.5)  # the indexer runs every 300 ms
+
+    async def metrics_text() -> str:
+        async with aiohttp.ClientSession() as http:
+            return (await Api(http, gw.url, token).call("GET", "/metrics"))[1]
+
+    # The gateway was the partition's only writer: its own acknowledged writes filled the index, the indexer read
+    # nothing back
+    before = run(metrics_text())
+    # (records past the index when source b's session opened were read then, by its recovery)
+    assert _metric(before, 'logbus_gateway_index_records_total{how="own_writes"}') \
+        + _metric(before, "logbus_gateway_recovery_records_total") == 2500
+    assert _metric(before, 'logbus_gateway_index_records_total{how="read_back"}') == 0
     gw.kill()
     gw.start()
 
@@ -145,6 +158,48 @@ def test_recovery_after_sigkill_reads_only_past_the_index(broker, gateway_factor
     sa, sb, sc, took, metrics = run(reopen())
     assert (sa["last_seqno"], sb["last_seqno"]) == (2000, 600)
     assert 0 <= _metric(metrics, "logbus_gateway_recovery_records_total") <= 100
+
+
+def test_index_reads_back_what_other_writers_put_into_the_partition(broker, gateway_factory):
+    """A record of another writer between the gateway's own: the index cannot be built from the gateway's
+    acknowledgements alone, so it reads the partition back, and the foreign source's seqno is in it."""
+    from confluent_kafka import Producer
+
+    gw = gateway_factory(broker.bootstrap, settings={"index_interval_ms": 300})
+
+    async def scenario():
+        async with aiohttp.ClientSession() as http:
+            token = await Api(http, gw.url).setup_topic("acme", "logs", "web", partitions=1)
+            api = Api(http, gw.url, token)
+            s = await api.ok("POST", "/v1/sessions", {"topic": TOPIC, "source_id": "own"})
+            await api.ok("POST", f"/v1/sessions/{s['session_id']}/write", {"chunks": [{"seqno": q, "data": "x"} for q in range(1, 51)]})
+            p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+            p.produce(PHYS, b"foreign", partition=0, headers=[("lb.source", b"elsewhere"), ("lb.seqno", b"7")])
+            assert p.flush(10) == 0
+            await api.ok("POST", f"/v1/sessions/{s['session_id']}/write", {"chunks": [{"seqno": q, "data": "x"} for q in range(51, 101)]})
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                text = (await api.call("GET", "/metrics"))[1]
+                if _metric(text, 'logbus_gateway_index_records_total{how="read_back"}') >= 101:
+                    break
+                await asyncio.sleep(0.2)
+            assert _metric(text, 'logbus_gateway_index_records_total{how="read_back"}') == 101, text
+            return token
+
+    token = run(scenario())
+    gw.kill()
+    gw.start()
+
+    async def reopen():
+        async with aiohttp.ClientSession() as http:
+            api = Api(http, gw.url, token)
+            foreign = await api.ok("POST", "/v1/sessions", {"topic": TOPIC, "source_id": "elsewhere"})
+            own = await api.ok("POST", "/v1/sessions", {"topic": TOPIC, "source_id": "own"})
+            return foreign, own, (await api.call("GET", "/metrics"))[1]
+
+    foreign, own, text = run(reopen())
+    assert (foreign["last_seqno"], own["last_seqno"]) == (7, 100)
+    assert _metric(text, "logbus_gateway_recovery_records_total") == 0, "the index covered the whole partition"
 
 
 def test_openapi_served_and_metrics(broker, gateway_factory):
