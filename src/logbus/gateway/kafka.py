@@ -166,6 +166,13 @@ class TopicHealth:
     def online_partitions(self) -> list[int]:
         return [p for p in sorted(self.partitions) if self.online(p)]
 
+    def failover_targets(self, exclude: int, suspects: set[int]) -> list[int]:
+        """Online partitions other than `exclude` to move a source to, those led by a suspect broker left out
+        unless nothing else is online."""
+        online = [p for p in self.online_partitions() if p != exclude]
+        trusted = [p for p in online if self.partitions[p][0] not in suspects]
+        return trusted or online
+
 
 class ClusterHealth:
     """Which partitions are online; blocking calls (run them in a thread)."""
@@ -176,6 +183,9 @@ class ClusterHealth:
         self.configs_every_s = configs_every_s
         self.topics: dict[str, TopicHealth] = {}
         self.lock = threading.Lock()
+        # Brokers that led a partition whose writes just failed, until when. Metadata names a stopped broker as
+        # leader until the cluster's session timeout runs out; a failover avoids its partitions meanwhile.
+        self._suspects: dict[int, float] = {}
 
     def refresh(self, topics: list[str]) -> None:
         if not topics:
@@ -213,6 +223,21 @@ class ClusterHealth:
     def health(self, topic: str) -> TopicHealth | None:
         with self.lock:
             return self.topics.get(topic)
+
+    def suspect_leader_of(self, topic: str, partition: int, hold_s: float) -> None:
+        """Writes to the partition failed: its current leader is suspect for `hold_s`."""
+        with self.lock:
+            th = self.topics.get(topic)
+            leader = th.partitions.get(partition, (-1, ()))[0] if th is not None else -1
+            if leader >= 0:
+                self._suspects[leader] = time.monotonic() + hold_s
+
+    def suspects(self) -> set[int]:
+        now = time.monotonic()
+        with self.lock:
+            for broker in [b for b, until in self._suspects.items() if until <= now]:
+                del self._suspects[broker]
+            return set(self._suspects)
 
     def ensure(self, topic: str) -> TopicHealth:
         th = self.health(topic)

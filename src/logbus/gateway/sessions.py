@@ -84,6 +84,10 @@ from logbus.gateway.store import Owner, Pin, TopicRecord
 
 log = logging.getLogger("logbus.gateway.sessions")
 
+# How long a broker that led a failed partition is avoided as a failover target (about a cluster session timeout,
+# after which Metadata shows whether it is really gone).
+SUSPECT_HOLD_S = 10.0
+
 
 class Chunk:
     __slots__ = ("seqno", "data", "created_ms")
@@ -361,7 +365,7 @@ class SessionManager:
             last = max(last, entry[0] if entry else -1)
             log.warning("partition %s[%d] of source %r has no leader: recovery uses the index and the pin's base seqno", t, p, source)
         if not th.online(p):
-            online = [q for q in th.online_partitions() if q != p]
+            online = th.failover_targets(p, gw.health.suspects())
             if online:
                 new_p = online[(stable_hash_int(source) + pin.pin_generation) % len(online)]
                 new = await gw.run_store(gw.store.repin, t, source, pin.pin_generation, new_p, last, generation)
@@ -578,6 +582,7 @@ class SessionManager:
         gw = self.gw
         try:
             deadline = time.monotonic() + self.cfg.delivery_timeout_ms / 1000
+            gw.health.suspect_leader_of(st.topic, old, SUSPECT_HOLD_S)
             new_p = None
             while new_p is None:
                 try:
@@ -585,7 +590,7 @@ class SessionManager:
                 except Exception as e:  # noqa: BLE001 - the cluster may be between states
                     log.warning("metadata refresh during failover failed: %s", e)
                 th = gw.health.health(st.topic)
-                online = [p for p in (th.online_partitions() if th else []) if p != old]
+                online = th.failover_targets(old, gw.health.suspects()) if th else []
                 if online:
                     new_p = online[(stable_hash_int(st.source) + st.pin_generation) % len(online)]
                     break
