@@ -290,7 +290,7 @@ class PartitionScanner:
             "bootstrap.servers": self.bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
             "enable.partition.eof": True, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
             "max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.bytes": 64 * 1024 * 1024,
-            "queued.max.messages.kbytes": 262144, "fetch.error.backoff.ms": 50,
+            "queued.max.messages.kbytes": 16384, "fetch.error.backoff.ms": 50,
         })
 
     def _release(self, c: Consumer, assigned: bool = False) -> None:
@@ -314,8 +314,8 @@ class PartitionScanner:
         """Highest (seqno, offset) per lb.source among records in [start, end); only headers are looked at.
 
         Scans of a partition mostly continue where the previous one stopped (the index position), so each partition
-        keeps a tailing consumer (up to 32, least recently used closed): a scan that starts where the last one ended
-        goes on with it, with the records fetched past the last end kept for it; any other start gets a new consumer.
+        keeps its consumer, paused between scans (up to 32, least recently used closed): a scan that starts where
+        the last one ended resumes it there; any other start gets a new consumer.
         Callers serialise scans of one partition."""
         found: dict[bytes, tuple[int, int]] = {}
         if end <= start:
@@ -329,15 +329,15 @@ class PartitionScanner:
         if tailer is None:
             c = self._consumer()
             c.assign([TopicPartition(topic, partition, start if start > 0 else OFFSET_BEGINNING)])
-            leftover: list = []
-        else:
-            c, _, leftover = tailer
+        else:   # paused at the end of its last scan: go on from exactly there
+            c = tailer[0]
+            c.resume([TopicPartition(topic, partition)])
+            c.seek(TopicPartition(topic, partition, start))
         deadline = time.monotonic() + timeout
         ok = False
         try:
             last = start - 1
-            extra: list = []
-            batch = leftover
+            batch: list = []
             while last < end - 1:
                 if not batch:
                     if time.monotonic() > deadline:
@@ -355,7 +355,6 @@ class PartitionScanner:
                     if off < start:
                         continue
                     if off >= end:
-                        extra = [m for m in batch[i:] if m.error() is None]  # kept for the next scan
                         last = end - 1
                         break
                     last = off
@@ -385,8 +384,11 @@ class PartitionScanner:
             return {src.decode("utf-8", "replace"): v for src, v in found.items()}
         finally:
             if ok:
+                # Paused, it fetches nothing more (a running one kept reading the partition ahead, all of it);
+                # the next scan resumes it and seeks to where this one ended.
+                c.pause([TopicPartition(topic, partition)])
                 with self._lock:
-                    self._tailers[key] = (c, end, extra)
+                    self._tailers[key] = (c, end)
                     evicted = []
                     while len(self._tailers) > 32:
                         evicted.append(self._tailers.popitem(last=False)[1][0])

@@ -142,7 +142,7 @@ class _Attempt(DeliveryTarget):
 
     def __call__(self, err, msg) -> None:
         if err is None:   # the common case, without the generic path's hops
-            self.manager._delivered(self.st, self.pc, self.attempt, self.partition, None, msg.partition(), msg.offset())
+            self.manager._acknowledged(self.st, self.pc, msg.partition(), msg.offset())
         else:
             DeliveryTarget.__call__(self, err, msg)
 
@@ -507,8 +507,9 @@ class SessionManager:
             self._fail(st, pc, e)
             self._maybe_idle(st)
             return True
+        if not st.inflight:
+            st.idle.clear()
         st.inflight += 1
-        st.idle.clear()
         return True
 
     async def _send(self, st: SourceState, pc: PendingChunk) -> None:
@@ -535,19 +536,28 @@ class SessionManager:
             st.inflight -= 1
             self._maybe_idle(st)
 
-    def _delivered(self, st: SourceState, pc: PendingChunk, attempt: int, partition: int, error, p: int, offset: int) -> None:
+    def _acknowledged(self, st: SourceState, pc: PendingChunk, p: int, offset: int) -> None:
+        """A produce attempt of the chunk was acknowledged at (p, offset); once per chunk on the hot path."""
         st.inflight -= 1
+        seqno = pc.seqno
+        own = self.own_writes.get((st.topic, p))
+        if own is None:
+            own = self.own_writes[(st.topic, p)] = OwnWrites()
+        own.add(st.source, seqno, offset)
+        if not pc.done:
+            st.pending.pop(seqno, None)
+            if seqno > st.last_acked:
+                st.last_acked = seqno
+            pc.resolve(p, offset, None)
+        if not st.inflight and not st.failing_over:
+            st.idle.set()
+
+    def _delivered(self, st: SourceState, pc: PendingChunk, attempt: int, partition: int, error, p: int, offset: int) -> None:
         if error is None:
-            own = self.own_writes.get((st.topic, p))
-            if own is None:
-                own = self.own_writes[(st.topic, p)] = OwnWrites()
-            own.add(st.source, pc.seqno, offset)
-            if not pc.done:
-                st.pending.pop(pc.seqno, None)
-                if pc.seqno > st.last_acked:
-                    st.last_acked = pc.seqno
-                pc.resolve(p, offset, None)
-        elif not pc.done and attempt == pc.attempt:
+            self._acknowledged(st, pc, p, offset)
+            return
+        st.inflight -= 1
+        if not pc.done and attempt == pc.attempt:
             if isinstance(error, ProduceError) and error.retriable_elsewhere and st.broken is None:
                 self._start_failover(st, partition)
             else:
