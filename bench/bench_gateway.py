@@ -3,6 +3,7 @@ session-open time with a large partition.
 
     python bench/bench_gateway.py                    # 50 sources x 2000 chunks of 1 KiB; 1 GiB partition for opens
     python bench/bench_gateway.py --open-gib 0.25 --chunks 1000 --json
+    python bench/bench_gateway.py --open-gib 0 --gateways 2       # two gateway processes share the sources
 
 1. Direct: one confluent-kafka producer (acks=all, idempotence, lz4, linger 5 ms — the gateway's settings) writes
    the same records the gateway would (1 KiB values, the seven lb.* headers, 50 sources) to a topic of 8 partitions.
@@ -87,7 +88,7 @@ def direct_produce(bootstrap: str, topic: str, sources: int, chunks: int, partit
             "producer_cpu_us_per_chunk": (cpu_s() - c0) / n * 1e6, "broker_cpu_us_per_chunk": (cpu_s(broker_pid) - b0) / n * 1e6}
 
 
-async def gateway_sessions(url: str, token: str, topic: str, sources: int, chunks: int, pids: dict[str, int],
+async def gateway_sessions(urls: list[str], token: str, topic: str, sources: int, chunks: int, pids: dict[str, int],
                            batch: int = 50, window: int = 8) -> dict:
     """All sessions are opened first (their open time is reported apart), then the clock runs while they write."""
     data = "x" * CHUNK
@@ -98,7 +99,7 @@ async def gateway_sessions(url: str, token: str, topic: str, sources: int, chunk
     run_id = time.monotonic_ns()
 
     async def one(i: int, http: aiohttp.ClientSession) -> None:
-        async with http.ws_connect(url + "/v1/sessions/stream", headers={"Authorization": f"Bearer {token}"}, max_msg_size=0) as ws:
+        async with http.ws_connect(urls[i % len(urls)] + "/v1/sessions/stream", headers={"Authorization": f"Bearer {token}"}, max_msg_size=0) as ws:
             t0 = time.monotonic()
             await ws.send_json({"topic": topic, "source_id": f"gw-{i:03d}-{run_id}", "host": "bench-host", "file": f"gw-{i:03d}", "type": "bench"})
             opened = await ws.receive_json(timeout=120)
@@ -129,6 +130,7 @@ async def gateway_sessions(url: str, token: str, topic: str, sources: int, chunk
         await asyncio.gather(*tasks)
         took = time.monotonic() - t0
         cpu = {f"{name}_cpu_us_per_chunk": (cpu_s(pid) - cpu0[name]) / counted[0] * 1e6 for name, pid in pids.items()}
+        cpu["gateway_cpu_us_per_chunk"] = sum(v for k, v in cpu.items() if k.startswith("gateway"))
     n = counted[0]
     open_times.sort()
     return {"chunks": n, "seconds": took, "chunks_per_s": n / took, "mb_per_s": n * CHUNK / took / 1e6, **cpu,
@@ -203,13 +205,17 @@ def main() -> int:
     ap.add_argument("--open-gib", type=float, default=1.0, help="GiB in the partition for the open-time run (0: skip)")
     ap.add_argument("--opens", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds (direct, then gateway); the best of each is kept")
+    ap.add_argument("--gateways", type=int, default=1,
+                    help="gateway processes sharing one state store; sources are spread over them (the throughput run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out: dict = {"sources": args.sources, "chunk_bytes": CHUNK}
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         root = Path(tmp)
         broker = BrokerProcess(root / "broker").start()
-        gw = GatewayProcess(root / "gw", broker.bootstrap).start()
+        store = f"sqlite://{root / 'gateways.db'}"   # the gateways of one host share their state store
+        gws = [GatewayProcess(root / f"gw{i}", broker.bootstrap, store=store).start() for i in range(args.gateways)]
+        gw = gws[0]
         try:
             async def setup() -> str:
                 async with aiohttp.ClientSession() as http:
@@ -224,8 +230,9 @@ def main() -> int:
             rounds = []
             for r in range(args.rounds):
                 d = direct_produce(broker.bootstrap, "dc1.bench.ns.direct", args.sources, args.chunks, 8, broker.proc.pid)
-                g = asyncio.run(gateway_sessions(gw.url, token, "bench/ns/sessions", args.sources, args.chunks,
-                                                 {"gateway": gw.proc.pid, "broker": broker.proc.pid, "client": os.getpid()}))
+                pids = {f"gateway{i}": g.proc.pid for i, g in enumerate(gws)}
+                g = asyncio.run(gateway_sessions([g.url for g in gws], token, "bench/ns/sessions", args.sources, args.chunks,
+                                                 {**pids, "broker": broker.proc.pid, "client": os.getpid()}))
                 rounds.append({"direct_chunks_per_s": round(d["chunks_per_s"]), "gateway_chunks_per_s": round(g["chunks_per_s"])})
                 if not args.json:
                     print(f"round {r + 1}: direct {d['chunks_per_s']:9.0f} chunks/s, gateway {g['chunks_per_s']:9.0f} chunks/s "
@@ -245,7 +252,7 @@ def main() -> int:
                 print(f"gateway : {out['gateway']['chunks_per_s']:9.0f} chunks/s {out['gateway']['mb_per_s']:7.1f} MB/s"
                       f"   ratio {out['ratio']:.2f} (target >= 0.5); {args.sources} sessions opened at once: "
                       f"p50 {out['gateway']['concurrent_opens_p50_s'] * 1000:.0f} ms, max {out['gateway']['concurrent_opens_max_s'] * 1000:.0f} ms")
-                print(f"          CPU per chunk: gateway {g['gateway_cpu_us_per_chunk']:.1f} µs, broker {g['broker_cpu_us_per_chunk']:.1f} µs, "
+                print(f"          CPU per chunk: gateway{'s' if len(gws) > 1 else ''} {g['gateway_cpu_us_per_chunk']:.1f} µs, broker {g['broker_cpu_us_per_chunk']:.1f} µs, "
                       f"WebSocket clients {g['client_cpu_us_per_chunk']:.1f} µs", flush=True)
             if args.open_gib > 0:
                 out["fill"] = fill_partition(broker.bootstrap, "dc1.bench.ns.big", args.open_gib)
@@ -257,7 +264,8 @@ def main() -> int:
                           f"then {o['opens']} opens while 20 sources write: p50 {o['p50_s'] * 1000:.0f} ms, "
                           f"p99 {o['p99_s'] * 1000:.0f} ms, max {o['max_s'] * 1000:.0f} ms (target p99 < 1 s)")
         finally:
-            gw.stop()
+            for g in gws:
+                g.stop()
             broker.stop()
     if args.json:
         print(json.dumps(out, indent=2))
