@@ -290,7 +290,7 @@ class PartitionScanner:
             "bootstrap.servers": self.bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
             "enable.partition.eof": True, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
             "max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.bytes": 64 * 1024 * 1024,
-            "queued.max.messages.kbytes": 16384, "fetch.error.backoff.ms": 50,
+            "queued.max.messages.kbytes": 262144, "fetch.error.backoff.ms": 50,
         })
 
     def _release(self, c: Consumer, assigned: bool = False) -> None:
@@ -384,8 +384,9 @@ class PartitionScanner:
             return {src.decode("utf-8", "replace"): v for src, v in found.items()}
         finally:
             if ok:
-                # Paused, it fetches nothing more (a running one kept reading the partition ahead, all of it);
-                # the next scan resumes it and seeks to where this one ended.
+                # Paused, it fetches nothing more and librdkafka drops what it fetched ahead (a running one kept
+                # reading the partition as it grew, 256 MB ahead); the next scan resumes it and seeks to where this
+                # one ended (resume alone would go on after the last record consume() returned, past the end).
                 c.pause([TopicPartition(topic, partition)])
                 with self._lock:
                     self._tailers[key] = (c, end)
