@@ -345,7 +345,7 @@ class PartitionScanner:
                     batch = c.consume(10000, 0.02)  # returns early only with 10000 messages: keep the wait short
                 # The consumer reads this one partition only. Per record: the offset and the two headers the
                 # gateway writes first (any order is accepted, at a cost).
-                for i, msg in enumerate(batch):
+                for msg in batch:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:

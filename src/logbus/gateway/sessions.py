@@ -69,10 +69,10 @@ order they were accepted, which is rising seqno; a failover resends in seqno ord
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left
 import logging
 import secrets
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
