@@ -8,7 +8,8 @@ What lives here:
 - pins: per (physical topic, source) the partition, its pin generation and the base seqno (the highest seqno
   known written before the source was re-pinned; a floor for recovery, since the old partition may be offline);
 - the seqno index: per (topic, partition) a position P and, per source, the highest seqno and its offset among
-  the records below P — every entry was read from the partition itself, so it never claims too much;
+  the records below P — every entry is a record known to be in the partition (read from it, or acknowledged to a
+  gateway at that offset when that gateway's acknowledgements filled the range), so it never claims too much;
 - push subscriptions.
 
 Backends: `sqlite:///path/gateway.db` (WAL; shared by the gateway processes of one host) and
