@@ -9,7 +9,7 @@ connection at random (--disconnect-p per batch) and resume from the last seqno t
 (gateway A when there are two) is SIGKILLed --kills times at even steps of progress and restarted. At the end the
 topic is read back: every (source, seqno) must be there exactly once and in seqno order per source; every open's
 last seqno must lie between the highest acknowledged and the highest sent seqno. Exits 0 only if all holds.
-The pass/fail test suite runs the same scenario at 200 x 300 (tests/fault/test_gateway_exactly_once.py).
+The pass/fail test suite runs the same scenario at the same scale (tests/fault/test_gateway_exactly_once.py).
 """
 
 from __future__ import annotations

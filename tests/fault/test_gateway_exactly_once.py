@@ -1,10 +1,9 @@
 """Exactly once through write sessions while clients disconnect at random and gateways are SIGKILLed or hopped.
 
-The issue's scenario is 200 sources x 10,000 chunks with three SIGKILLs. Here it keeps its shape — 200 concurrent
-sources, random abrupt disconnects with resends, three SIGKILLs and restarts while every source is still writing —
-at 200 x 2,000 chunks (400,000), about 30 s on this 2-core machine next to the broker, which leaves a wide margin
-under the 300 s test timeout on a busy machine. The full scale runs in `python bench/soak_gateway.py` (about 105 s
-of writing plus the read-back here; see the README).
+The issue's scenario at its full scale: 200 concurrent sources x 10,000 chunks (2,000,000), random abrupt
+disconnects with resends, three SIGKILLs and restarts of the gateway while every source is still writing, then the
+whole topic read back. About 80 s on this 2-core machine next to the broker; `python bench/soak_gateway.py` runs the
+same with figures. The two-gateway variant hops 100 sources between two gateway processes.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from gatewayload import check_exactly_once, run_load
 from gatewayproc import Api, gateway_factory, read_topic, run  # noqa: F401  (fixture)
 
 SOURCES = 200
-CHUNKS = 2000
+CHUNKS = 10_000
 TOPIC = "acme/logs/soak"
 PHYS = "dc1.acme.logs.soak"
 
@@ -46,14 +45,15 @@ def _load_in_thread(urls, token, sources, chunks, **kw):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_exactly_once_with_random_disconnects_and_three_sigkills(broker, gateway_factory):
     gw = gateway_factory(broker.bootstrap, settings={"index_interval_ms": 1000})
     token = _setup(gw.url, 8)
-    t, result = _load_in_thread([gw.url], token, SOURCES, CHUNKS, disconnect_p=0.005, timeout=240)
+    t, result = _load_in_thread([gw.url], token, SOURCES, CHUNKS, disconnect_p=0.005, timeout=600)
     total = SOURCES * CHUNKS
     kills = []
     for frac in (0.2, 0.45, 0.7):
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while True:
             stats = result.get("stats")
             assert "error" not in result, result.get("error")
@@ -68,7 +68,7 @@ def test_exactly_once_with_random_disconnects_and_three_sigkills(broker, gateway
         kills.append(n)
         time.sleep(0.3)
         gw.start()
-    t.join(240)
+    t.join(600)
     assert not t.is_alive(), "load did not finish"
     assert "error" not in result, result.get("error")
     stats = result["stats"]
