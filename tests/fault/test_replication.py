@@ -10,6 +10,7 @@ the data outside the ISR; unclean election through ElectLeaders; bad input gets 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 import uuid
@@ -279,6 +280,34 @@ def test_min_isr_refuses_acks_all_then_recovers(cluster_factory):
     wait_same_logs(cluster, topic, [lead, back])
     values = [v for _, v in consume(cluster.bootstrap, topic)[0]]
     assert values == [b"before-%d" % i for i in range(10)] + [b"acks1"] + [b"after-%d" % i for i in range(10)]
+
+
+def test_acks_all_waiting_for_a_fenced_follower_ends_when_the_controller_removes_it(cluster_factory):
+    """A produce waits for a follower that stopped (SIGSTOP, then SIGKILL); the controller fences it when its
+    session ends and removes it from the ISR. The waiting request is answered then, with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND (20: maybe written), not left to its 30 s timeout. The leader's own lag check
+    is set far out so that the controller's ISR change is the one that must wake the request."""
+    cluster = cluster_factory(brokers=3, settings={"replica_lag_time_max_ms": 120_000})
+    topic = "fenced-follower"
+    lead = cluster.admin().list_topics(timeout=10).controller_id   # any live broker; the follower is another one
+    follower = next(b for b in range(3) if b != lead)
+    futures = admin_of(cluster).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[lead, follower]],
+                                                        config={"min.insync.replicas": "2"})], operation_timeout=10)
+    futures[topic].result(20)
+    wait_isr(cluster, topic, 0, {lead, follower}, timeout=20)
+    assert produce_sync(cluster.bootstrap, topic, [b"both"]) == [None]
+
+    cluster.brokers[follower].proc.send_signal(signal.SIGSTOP)   # alive to the controller, but fetching nothing
+    errors: list = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "retries": 0, "linger.ms": 0,
+                         "enable.idempotence": False, "request.timeout.ms": 30_000, "message.timeout.ms": 40_000})
+    producer.produce(topic, b"waits", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    producer.poll(0.5)
+    assert errors == [], "the record was answered while the follower could not have fetched it"
+    cluster.brokers[follower].kill()
+    assert producer.flush(45) == 0
+    assert errors[0] is not None and errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, errors
+    assert set(cluster.partition(topic, 0)[2]) == {lead}
 
 
 @pytest.mark.slow

@@ -61,9 +61,12 @@ class Partition:
 
     def make_leader(self, state: PartitionState) -> None:
         became = not self.is_leader or state.leader_epoch != self.state.leader_epoch
-        self.state = state
         if not became:
+            # Still the leader, in the same epoch: the ISR may have changed (the controller fences a broker whose
+            # session ended). acks=all requests waiting for a removed follower complete now, not at their timeout.
+            self.update_state(state)
             return
+        self.state = state
         self.is_leader = True
         self.log.leader_epochs.assign(state.leader_epoch, self.log.log_end_offset)
         start = now_ms()
