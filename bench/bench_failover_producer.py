@@ -103,11 +103,8 @@ def run_plain(bootstrap: str, topic: str, n: int, value: bytes, reports: str) ->
         lines = [value] * BATCH
         for _ in range(n // BATCH):
             msgs = [{"value": v} for v in lines]
-            while True:
-                p.produce_batch(topic, msgs)
+            while p.produce_batch(topic, msgs) < len(msgs):
                 msgs = [m for m in msgs if "_error" in m]   # queue full: produce those again
-                if not msgs:
-                    break
                 for m in msgs:
                     del m["_error"]
                 p.poll(0.01)

@@ -338,14 +338,14 @@ class FailoverProducer:
                 chooser.sticky_left -= stretch
                 chooser._sticky_sent += stretch
                 msgs = [{"value": v} for v in values[i:j]]
-                self._producer.produce_batch(topic, msgs, partition=p)
+                queued = self._producer.produce_batch(topic, msgs, partition=p)
             else:
                 j, k, start = last, len(online), chooser._next
                 msgs = [{"value": v, "partition": online[(start + x) % k]} for x, v in enumerate(values[i:j], 1)]
                 chooser._next = (start + j - i) % k
-                self._producer.produce_batch(topic, msgs)
+                queued = self._producer.produce_batch(topic, msgs)
             refused, failures = [], []
-            for x, m in enumerate(msgs):
+            for x, m in enumerate(msgs if queued < len(msgs) else ()):   # librdkafka marks what it did not take
                 err = m.get("_error")
                 if err is None:
                     continue
