@@ -64,7 +64,7 @@ def baseline_to_parquet(bootstrap: str, topic: str, total: int, out: Path) -> fl
 
 def throughput(bootstrap: str, topic: str, records: int, work: Path) -> dict:
     cfg = DeliverConfig.load(None, env={}, bootstrap_servers=bootstrap, subscribe=topic, lake=str(work / "lake"),
-                             master="local[2]", available_now=True, starting_offsets="earliest", max_offsets_per_trigger=250_000)
+                             master="local[2,4]", available_now=True, starting_offsets="earliest", max_offsets_per_trigger=250_000)
     job = DeliveryJob(cfg)
     t0 = time.perf_counter()
     spark = job.spark()
@@ -102,7 +102,7 @@ def metadata_commits(lake: Path, seen: set, visible: dict) -> None:
 def latency(bootstrap: str, topic: str, rate: int, seconds: float, work: Path) -> dict:
     """Produce at `rate` records/s for `seconds`; the job runs with a 1 s trigger; latency = commit time - lb.created."""
     lake = work / "lat-lake"
-    cfg = DeliverConfig.load(None, env={}, bootstrap_servers=bootstrap, subscribe=topic, lake=str(lake), master="local[2]",
+    cfg = DeliverConfig.load(None, env={}, bootstrap_servers=bootstrap, subscribe=topic, lake=str(lake), master="local[2,4]",
                              trigger="1 second", starting_offsets="latest")
     job = DeliveryJob(cfg)
     spark = job.spark()

@@ -19,7 +19,7 @@ def spark_session():
 
     prepare_spark_environment()
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,4]")
         .appName("logbus-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -37,7 +37,7 @@ class DeliverProcess:
 
     def __init__(self, args: list[str], log_path: Path) -> None:
         self.user_args = list(args)
-        self.args = [sys.executable, "-m", "logbus.cli", "deliver", "--master", "local[2]", *args]
+        self.args = [sys.executable, "-m", "logbus.cli", "deliver", "--master", "local[2,4]", *args]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 

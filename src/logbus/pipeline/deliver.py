@@ -28,6 +28,9 @@ from logbus.pipeline.deliver_args import DeliverConfig, config_from_args
 
 log = logging.getLogger("logbus.pipeline")
 
+# The source name the quarantine query reads with (see logbus.pipeline.source.register).
+QUARANTINE_SOURCE = "logbus_quarantine"
+
 
 def run_deliver(args: argparse.Namespace) -> int:
     try:
@@ -153,12 +156,13 @@ class DeliveryJob:
         spark = b.getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("LOGBUS_SPARK_LOG_LEVEL", "ERROR"))
         register(spark)
+        register(spark, QUARANTINE_SOURCE)   # the quarantine query runs beside the lake query: its own registration
         return spark
 
     def read(self, spark, malformed_only: bool):
         df = None
         for _, opts in self.sources:
-            r = spark.readStream.format("logbus")
+            r = spark.readStream.format(QUARANTINE_SOURCE if malformed_only else "logbus")
             for k, v in opts.items():
                 r = r.option(k, v)
             if malformed_only:

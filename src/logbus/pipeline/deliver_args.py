@@ -33,7 +33,7 @@ DELIVER_SETTINGS_DOC: dict[str, str] = {
     "max_bytes_per_trigger": "Most bytes read per micro-batch, estimated from sampled record sizes.",
     "fail_on_data_loss": "Fail the query when offsets it must read are gone (retention, deleted topics); when false, skip and report them.",
     "client_rack": "Rack of this reader (client.rack), so that a cluster with follower fetching serves it from a replica in its rack.",
-    "master": "Spark master: local[*] or a cluster URL (spark://..., yarn, k8s://...).",
+    "master": "Spark master: local[N,F] (N threads, F attempts per task) or a cluster URL (spark://..., yarn, k8s://...).",
     "shuffle_partitions": "spark.sql.shuffle.partitions for the dedup and transaction state (fixed for the life of a checkpoint).",
     "source_options": "Extra options for the logbus source, KEY=VALUE (repeatable); kafka.* options go to the Kafka consumer.",
     "spark_conf": "Extra Spark settings, KEY=VALUE (repeatable).",
@@ -63,7 +63,7 @@ class DeliverConfig:
     max_bytes_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     client_rack: str | None = None
-    master: str = "local[*]"
+    master: str = "local[*,4]"   # a failed task is retried, as on a cluster (spark.task.maxFailures)
     shuffle_partitions: int = 4
     source_options: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -163,7 +163,7 @@ def add_deliver_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--available-now", action="store_true", default=None, help=d["available_now"])
     run.add_argument("--commit-window", dest="commit_window_s", type=float, metavar="SECONDS", help=d["commit_window_s"] + " (default 60)")
     run.add_argument("--dedup-window", dest="dedup_window_s", type=float, metavar="SECONDS", help=d["dedup_window_s"] + " (default 600)")
-    run.add_argument("--master", metavar="URL", help=d["master"] + " (default local[*]; LOGBUS_DELIVER_MASTER)")
+    run.add_argument("--master", metavar="URL", help=d["master"] + " (default local[*,4]; LOGBUS_DELIVER_MASTER)")
     run.add_argument("--shuffle-partitions", type=int, metavar="N", help=d["shuffle_partitions"] + " (default 4)")
     run.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE", help=d["spark_conf"])
     run.add_argument("--json", action="store_true", default=None, help=d["json"])

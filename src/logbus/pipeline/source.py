@@ -255,6 +255,16 @@ class LogbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._reader.close()
 
 
-def register(spark) -> None:
-    """Make format("logbus") available in this Spark session."""
-    spark.dataSource.register(LogbusDataSource)
+def register(spark, name: str = "logbus") -> str:
+    """Make format(name) — "logbus" by default — available in this Spark session; returns the name.
+
+    A second name gives a second, independent registration of the same source. Streaming queries that run at the
+    same time in local mode need one each: Spark's Python runner adds variables to the environment map of the
+    source's Python function when the function's first task starts, and in local mode that task runs in the
+    driver's JVM; another query serializing its own tasks with the same map at that moment writes a task that
+    cannot be read back (java.io.OptionalDataException, every retry alike)."""
+    if name == "logbus":
+        spark.dataSource.register(LogbusDataSource)
+    else:
+        spark.dataSource.register(type(f"LogbusDataSource[{name}]", (LogbusDataSource,), {"name": classmethod(lambda cls: name)}))
+    return name
