@@ -42,6 +42,15 @@ def create_topic(admin: AdminClient, name: str, partitions: int = 1, rf: int = 1
         if assignment else NewTopic(name, partitions, rf, config=configs or {})
     for f in admin.create_topics([t], operation_timeout=15, request_timeout=20).values():
         f.result(timeout=30)
+    # The topic exists before every partition has its leader: wait, so that a producer starting now sees them all
+    # online (a partition without a leader is offline to FailoverProducer, rightly).
+    deadline = time.monotonic() + 30
+    while True:
+        md = admin.list_topics(name, timeout=10).topics[name]
+        if md.error is None and md.partitions and all(pm.leader >= 0 for pm in md.partitions.values()):
+            return
+        assert time.monotonic() < deadline, f"partitions of {name} without a leader after 30 s"
+        time.sleep(0.1)
 
 
 def set_topic_config(admin: AdminClient, topic: str, key: str, value: str) -> None:

@@ -322,6 +322,9 @@ def test_dead_follower_stays_out_of_the_isr(cluster_factory):
     dead = next(b for b in range(3) if b != lead)
     cluster.brokers[dead].kill()
     wait_isr(cluster, topic, 0, {0, 1, 2} - {dead}, timeout=20)
+    # One broker answered with the new ISR; the others take up the store's change within their 100 ms poll. Until
+    # then a stale answer would show the dead follower still in.
+    time.sleep(0.5)
     on_disk = log_bytes(cluster, lead, topic)
     deadline = time.monotonic() + 2.5
     while time.monotonic() < deadline:  # the partition is idle and the other follower keeps fetching
