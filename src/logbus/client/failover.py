@@ -319,12 +319,7 @@ class FailoverProducer:
                 if room <= 0:
                     return i, []
             now = _monotonic()
-            if now >= view.recheck_at:
-                self._view.recheck(view, now)
-            chooser = view.chooser
-            if chooser is None:
-                chooser = view.chooser = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
-                                                           self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
+            chooser = self._chooser(view, now)
             online = view.online
             if not online:
                 return i, []
@@ -491,12 +486,7 @@ class FailoverProducer:
                 seq = self._seqno
                 headers = (headers or []) + [("lb.source", self._source), ("lb.seqno", str(seq).encode())]
             now = time.monotonic()
-            if now >= view.recheck_at:
-                self._view.recheck(view, now)
-            chooser = view.chooser
-            if chooser is None:
-                chooser = view.chooser = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
-                                                           self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
+            chooser = self._chooser(view, now)
             p = chooser.pick(key, size, len(view.partitions), view.online, view.online_set, now)
             if callback is None and future is None and self._errors_only:
                 rec = None
@@ -530,6 +520,16 @@ class FailoverProducer:
             self._accepted(counter, size, stamp)
             return True
 
+    def _chooser(self, view: TopicView, now: float) -> OnlinePartitioner:
+        """The topic's partitioner, with its online list brought up to date when a penalty ran out (send lock held)."""
+        if now >= view.recheck_at:
+            self._view.recheck(view, now)
+        chooser = view.chooser
+        if chooser is None:
+            s = self.settings
+            chooser = view.chooser = OnlinePartitioner(s.partitioner, s.sticky_bytes, s.key_hash, s.sticky_linger_ms / 1000)
+        return chooser
+
     def _accepted(self, counter: MessageCounter, size: int, stamp: bool) -> None:
         # under the send lock
         counter.take(size)
@@ -542,12 +542,7 @@ class FailoverProducer:
         """Produce a failed record again, to an online partition; False (back into the failed buffer)
         when none is online or librdkafka's queue is full."""
         now = time.monotonic()
-        if now >= view.recheck_at:
-            self._view.recheck(view, now)
-        chooser = view.chooser
-        if chooser is None:
-            chooser = view.chooser = OnlinePartitioner(self.settings.partitioner, self.settings.sticky_bytes,
-                                                       self.settings.key_hash, self.settings.sticky_linger_ms / 1000)
+        chooser = self._chooser(view, now)
         p = chooser.pick(rec.key, rec.size, view.count, view.online, view.online_set, now)
         if p < 0:
             self._failed.put(rec)
