@@ -74,6 +74,27 @@ def _dump(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+def start_client(hosts: str, session_timeout: float, connect_timeout: float) -> KazooClient:
+    """A started kazoo client that reconnects by itself; MetadataStoreUnavailableError when the ensemble does not
+    answer within `connect_timeout` seconds."""
+    zk = KazooClient(hosts=hosts, timeout=session_timeout,
+                     connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
+    try:
+        zk.start(timeout=connect_timeout)
+    except KazooTimeoutError:
+        stop_client(zk)
+        raise MetadataStoreUnavailableError(f"ZooKeeper ensemble {hosts} did not answer within {connect_timeout:g} s") from None
+    return zk
+
+
+def stop_client(zk: KazooClient) -> None:
+    """End the session and release the client's resources."""
+    try:
+        zk.stop()
+    finally:
+        zk.close()
+
+
 class ZooKeeperMetadataStore(MetadataStore):
     def __init__(self, hosts: str, chroot: str = "/logbus", session_timeout_ms: int = 6000, *, connect_timeout: float = 15.0) -> None:
         self.hosts = hosts
@@ -81,19 +102,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.session_timeout = session_timeout_ms / 1000.0
         self.retry_deadline = max(10.0, 2 * self.session_timeout)
         self.op_timeout = max(2.0, self.session_timeout)
-        self._zk = KazooClient(
-            hosts=hosts,
-            timeout=self.session_timeout,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-        )
-        try:
-            self._zk.start(timeout=connect_timeout)
-        except KazooTimeoutError:
-            self._zk.stop()
-            self._zk.close()
-            raise MetadataStoreUnavailableError(
-                f"ZooKeeper ensemble {hosts} did not answer within {connect_timeout:g} s"
-            ) from None
+        self._zk = start_client(hosts, self.session_timeout, connect_timeout)
         self._z = _Bounded(self._zk, self.op_timeout)
         self._lock = threading.Lock()
         self._closed = False
@@ -544,10 +553,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if self._closed:
             return
         self._closed = True
-        try:
-            self._zk.stop()
-        finally:
-            self._zk.close()
+        stop_client(self._zk)
 
 
 class _Bounded:

@@ -45,12 +45,10 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from logbus.cluster.zk_store import _MAYBE_COMMITTED, MetadataStoreUnavailableError, _Bounded, _Retry
+from logbus.cluster.zk_store import _MAYBE_COMMITTED, MetadataStoreUnavailableError, _Bounded, _Retry, start_client, stop_client
 from logbus.gateway.store import GatewayRecord, GatewayStore, Owner, Pin, PushRecord, TopicRecord, dumps
 
 T = TypeVar("T")
@@ -86,15 +84,7 @@ class ZooKeeperGatewayStore(GatewayStore):
         self.root = ("/" + chroot.strip("/") if chroot.strip("/") else "") + "/gateway"
         session_timeout = session_timeout_ms / 1000.0
         self.retry_deadline = max(10.0, 2 * session_timeout)
-        self._zk = KazooClient(hosts=hosts, timeout=session_timeout,
-                               connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
-        try:
-            self._zk.start(timeout=connect_timeout)
-        except KazooTimeoutError:
-            self._zk.stop()
-            self._zk.close()
-            raise MetadataStoreUnavailableError(
-                f"ZooKeeper ensemble {hosts} did not answer within {connect_timeout:g} s") from None
+        self._zk = start_client(hosts, session_timeout, connect_timeout)
         self._z = _Bounded(self._zk, max(2.0, session_timeout))
         self._closed = False
 
@@ -102,10 +92,7 @@ class ZooKeeperGatewayStore(GatewayStore):
         if self._closed:
             return
         self._closed = True
-        try:
-            self._zk.stop()
-        finally:
-            self._zk.close()
+        stop_client(self._zk)
 
     # --- plumbing -------------------------------------------------------------------------------------------
     def _p(self, *names: str) -> str:
