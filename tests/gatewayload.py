@@ -93,8 +93,9 @@ async def run_source(urls, token: str, topic: str, source: str, chunks: int, sta
                     if cut:
                         stats.disconnects += 1
                         # an abrupt cut: drop the connection without a close handshake
-                        if ws._response is not None and ws._response.connection is not None:
-                            ws._response.connection.transport.abort()
+                        conn = ws._response.connection if ws._response is not None else None
+                        if conn is not None and conn.transport is not None:   # None: the peer closed it already
+                            conn.transport.abort()
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OSError, ValueError, TypeError):
                 stats.failures += 1
                 await asyncio.sleep(0.1 + rng.random() * 0.4)

@@ -177,13 +177,16 @@ def test_index_reads_back_what_other_writers_put_into_the_partition(broker, gate
             p.produce(PHYS, b"foreign", partition=0, headers=[("lb.source", b"elsewhere"), ("lb.seqno", b"7")])
             assert p.flush(10) == 0
             await api.ok("POST", f"/v1/sessions/{s['session_id']}/write", {"chunks": [{"seqno": q, "data": "x"} for q in range(51, 101)]})
+            # An index run may fall between the writes (every 300 ms): the ranges of the gateway's own writes alone
+            # come from its acknowledgements, but the one holding the foreign record is read back.
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 text = (await api.call("GET", "/metrics"))[1]
-                if _metric(text, 'logbus_gateway_index_records_total{how="read_back"}') >= 101:
+                if _metric(text, "logbus_gateway_index_records_total") >= 101:
                     break
                 await asyncio.sleep(0.2)
-            assert _metric(text, 'logbus_gateway_index_records_total{how="read_back"}') == 101, text
+            assert _metric(text, "logbus_gateway_index_records_total") == 101, text
+            assert _metric(text, 'logbus_gateway_index_records_total{how="read_back"}') >= 1, text
             return token
 
     token = run(scenario())
