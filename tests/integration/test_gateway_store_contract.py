@@ -125,6 +125,15 @@ def test_gateways_heartbeat_and_a_stale_incarnation(store):
     assert store.gateway("gw-a").heartbeat_ms == 5000
 
 
+def test_gateways_lists_every_registration(store):
+    assert store.gateways() == []
+    store.register_gateway(GatewayRecord("host-1/w1", "inc-b", "http://b:1", 1000))  # any name, '/' included
+    store.register_gateway(GatewayRecord("gw-a", "inc-a", "http://a:1", 2000))
+    assert store.heartbeat("gw-a", "inc-a", 3000) is True
+    assert store.gateways() == [GatewayRecord("gw-a", "inc-a", "http://a:1", 3000),
+                                GatewayRecord("host-1/w1", "inc-b", "http://b:1", 1000)]
+
+
 def test_take_ownership_bumps_the_generation(store):
     assert store.owner(TOPIC, "x") is None
     assert store.take_ownership(TOPIC, "x", "gw-a", "inc-a") == (1, None)

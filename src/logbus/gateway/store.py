@@ -94,6 +94,7 @@ class GatewayStore:
     def register_gateway(self, rec: GatewayRecord) -> None: raise NotImplementedError
     def heartbeat(self, gateway_id: str, incarnation: str, now_ms: int) -> bool: raise NotImplementedError
     def gateway(self, gateway_id: str) -> GatewayRecord | None: raise NotImplementedError
+    def gateways(self) -> list[GatewayRecord]: raise NotImplementedError
     def take_ownership(self, topic: str, source: str, gateway_id: str, incarnation: str) -> tuple[int, Owner | None]: raise NotImplementedError
     def owner(self, topic: str, source: str) -> Owner | None: raise NotImplementedError
     # pins
@@ -156,7 +157,16 @@ class SqliteGatewayStore(GatewayStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # Switching a new database to WAL can answer "locked" without waiting, when another process (a worker of
+        # the same gateway) opens it at the same moment: try again for a while.
+        for attempt in range(100):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                if attempt == 99:
+                    raise
+                time.sleep(0.05)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
@@ -233,6 +243,9 @@ class SqliteGatewayStore(GatewayStore):
     def gateway(self, gateway_id: str) -> GatewayRecord | None:
         row = self._one("SELECT * FROM gateways WHERE gateway_id=?", (gateway_id,))
         return GatewayRecord(*row) if row else None
+
+    def gateways(self) -> list[GatewayRecord]:
+        return [GatewayRecord(*row) for row in self._all("SELECT * FROM gateways ORDER BY gateway_id")]
 
     def take_ownership(self, topic: str, source: str, gateway_id: str, incarnation: str) -> tuple[int, Owner | None]:
         def fn(db):

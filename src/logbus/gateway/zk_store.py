@@ -238,6 +238,17 @@ class ZooKeeperGatewayStore(GatewayStore):
         d = self._call(self._read, self._p("gateways", gateway_id))
         return GatewayRecord(gateway_id, d["incarnation"], d["url"], d["heartbeat_ms"]) if d else None
 
+    def gateways(self) -> list[GatewayRecord]:
+        def op() -> list[GatewayRecord]:
+            out = []
+            for g in self._children(self._p("gateways")):
+                d = self._read(self._p("gateways", g))
+                if d:
+                    out.append(GatewayRecord(g, d["incarnation"], d["url"], d["heartbeat_ms"]))
+            return out
+
+        return self._call(op)
+
     def take_ownership(self, topic: str, source: str, gateway_id: str, incarnation: str) -> tuple[int, Owner | None]:
         path = self._p("owners", topic, source)
         attempt: tuple[int, Owner | None] | None = None  # a write whose answer was lost
