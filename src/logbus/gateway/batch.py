@@ -1,7 +1,8 @@
 """Batch transactions, Logbroker's older write API: store, commit_request, commit.
 
-- `store` keeps a chunk in local durable temporary storage: `<data_dir>/txn/<txn_id>/<n>.chunk` (a JSON header
-  line, then the data), written to a temporary name, fsync'd, renamed, and the directory fsync'd. A transaction
+- `store` keeps a chunk in local durable temporary storage: `<txn_dir>/<txn_id>/<n>.chunk` (a JSON header
+  line, then the data), written to a temporary name, fsync'd, renamed, and the directory fsync'd. The workers of
+  a gateway share `txn_dir` (default `<data_dir>/txn`), and a transaction's calls are serialised by a file lock. A transaction
   id may be given by the client (letters, digits, '_' and '-') or is made up by the gateway.
 - `commit_request` writes every stored chunk, in order, to one partition of the topic (an online one, chosen by the
   transaction id) with `lb.txn` = the transaction id. Each record also carries `lb.source` / `lb.seqno`: the
@@ -19,6 +20,8 @@ same answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -52,9 +55,23 @@ def _fsync_write(path: Path, data: bytes) -> None:
 class BatchTransactions:
     def __init__(self, gw: Any) -> None:
         self.gw = gw
-        self.root = Path(gw.config.data_dir) / "txn"
+        self.root = gw.config.txn_root
         self.root.mkdir(parents=True, exist_ok=True)
         self._locks: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, txn_id: str):
+        """One call at a time per transaction: within this process (an asyncio lock), and among the workers that
+        share the directory (an flock on `<txn_id>.lock`, taken off the event loop)."""
+        if not _TXN_ID.match(txn_id or ""):
+            raise GatewayError(400, "bad_request", "txn_id must be 1-64 letters, digits, '_' or '-'")
+        async with self._locks.setdefault(txn_id, asyncio.Lock()):
+            fd = os.open(self.root / f"{txn_id}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                await self.gw.run_blocking(fcntl.flock, fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)   # closing the descriptor releases the flock
 
     def _dir(self, txn_id: str) -> Path:
         return self.root / txn_id
@@ -82,10 +99,7 @@ class BatchTransactions:
                     seqno: int | None, created_ms: int, host: str, file: str, type_: str) -> dict:
         if txn_id is None:
             txn_id = secrets.token_hex(12)
-        elif not _TXN_ID.match(txn_id):
-            raise GatewayError(400, "bad_request", "txn_id must be 1-64 letters, digits, '_' or '-'")
-        lock = self._locks.setdefault(txn_id, asyncio.Lock())
-        async with lock:
+        async with self._locked(txn_id):   # checks the id
             d = self._dir(txn_id)
             meta = self._meta(txn_id)
             if meta is None:
@@ -108,8 +122,7 @@ class BatchTransactions:
             return {"txn_id": txn_id, "chunk": n, "state": "open"}
 
     async def commit_request(self, tenant: str, txn_id: str) -> dict:
-        lock = self._locks.setdefault(txn_id, asyncio.Lock())
-        async with lock:
+        async with self._locked(txn_id):
             meta = self._owned(txn_id, tenant)
             if meta["state"] != "open":
                 return self._answer(meta)
@@ -144,8 +157,7 @@ class BatchTransactions:
             return self._answer(meta)
 
     async def commit(self, tenant: str, txn_id: str) -> dict:
-        lock = self._locks.setdefault(txn_id, asyncio.Lock())
-        async with lock:
+        async with self._locked(txn_id):
             meta = self._owned(txn_id, tenant)
             if meta["state"] == "committed":
                 return self._answer(meta)
@@ -168,8 +180,7 @@ class BatchTransactions:
             return self._answer(meta)
 
     async def abort(self, tenant: str, txn_id: str) -> dict:
-        lock = self._locks.setdefault(txn_id, asyncio.Lock())
-        async with lock:
+        async with self._locked(txn_id):
             meta = self._owned(txn_id, tenant)
             if meta["state"] == "committed":
                 raise GatewayError(409, "conflict", f"transaction {txn_id!r} is committed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,8 @@ GATEWAY_SETTINGS_DOC = {
     "advertised_url": "URL other gateways use to reach this one (the release call of fencing); default http(s)://listen.",
     "gateway_id": "Name of this gateway in the store; default: host name and a hash of the data directory. One process per id (the data directory is locked).",
     "data_dir": "Directory of the gateway's durable files: batch-transaction chunks, the SQLite store by default.",
+    "txn_dir": "Directory of batch-transaction chunks; default `<data_dir>/txn`. The workers of a gateway share it, so any of them can go on with a transaction another one started.",
+    "workers": "Worker processes; each serves the listen address (SO_REUSEPORT), is a gateway of its own in the store (id `<gateway_id>-w<N>`, files in `<data_dir>/worker-<N>`) and uses one core; a supervisor restarts any that dies. 1: a single process.",
     "bootstrap_servers": "Kafka bootstrap servers of the cluster the gateway writes to (any Kafka-protocol cluster).",
     "dc": "Data centre of this gateway: the prefix of the physical topics it writes ({dc}.{tenant}.{namespace}.{topic}) and the lb.origin header.",
     "store": "Gateway state store: `sqlite:///path/gateway.db`, shared by the gateways of one host, or `zk://host:port[,host:port]/chroot` (ZooKeeper), shared by gateways on several hosts; default `sqlite://<data_dir>/gateway.db`.",
@@ -48,6 +50,8 @@ class GatewayConfig:
     advertised_url: str | None = None
     gateway_id: str | None = None
     data_dir: Path = Path("./logbus-gateway")
+    workers: int = 1
+    txn_dir: Path | None = None
     bootstrap_servers: str = "127.0.0.1:9092"
     dc: str = "dc1"
     store: str | None = None
@@ -91,6 +95,16 @@ class GatewayConfig:
         return f"{'https' if self.tls else 'http'}://{self.listen}"
 
     @property
+    def txn_root(self) -> Path:
+        return self.txn_dir or self.data_dir / "txn"
+
+    def for_worker(self, index: int) -> "GatewayConfig":
+        """The settings of worker `index`: a gateway of its own in the store, which shares the whole gateway's
+        store, listen address and batch-transaction directory."""
+        return replace(self, gateway_id=f"{self.id}-w{index}", data_dir=self.data_dir / f"worker-{index}",
+                       store=self.store_url, txn_dir=self.txn_root, workers=1)
+
+    @property
     def store_url(self) -> str:
         return self.store or f"sqlite://{self.data_dir.resolve() / 'gateway.db'}"
 
@@ -114,7 +128,7 @@ class GatewayConfig:
             raise ValueError(f"dc must be letters, digits, '_' or '-', not {self.dc!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key go together")
-        for name in ("max_chunk_bytes", "max_request_bytes", "delivery_timeout_ms", "lease_ms", "index_interval_ms",
+        for name in ("workers", "max_chunk_bytes", "max_request_bytes", "delivery_timeout_ms", "lease_ms", "index_interval_ms",
                      "metadata_interval_ms", "txn_window_ms", "read_max_bytes", "push_batch_records", "push_timeout_ms",
                      "push_backoff_ms", "push_backoff_max_ms", "release_timeout_ms"):
             if getattr(self, name) <= 0:
@@ -134,6 +148,8 @@ def _coerce(name: str, current: Any, value: Any) -> Any:
         return {str(k): v for k, v in value.items()}
     if name == "data_dir":
         return Path(value)
+    if name == "txn_dir":
+        return None if value in (None, "") else Path(value)
     if name == "listen":
         split_address(str(value))
         return str(value)

@@ -1,8 +1,16 @@
-"""Prometheus metrics of one gateway process, served at /metrics (names start with `logbus_gateway_`)."""
+"""Prometheus metrics of the gateway, served at /metrics (names start with `logbus_gateway_`).
+
+With several workers (logbus.gateway.workers) each worker writes its values to files in the directory named by
+PROMETHEUS_MULTIPROC_DIR, which the supervisor sets, and /metrics on any worker sums all of them: counters and
+histograms over every worker that ever ran, gauges over the live ones (prometheus_client's multiprocess mode).
+"""
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 
 
 class GatewayMetrics:
@@ -25,6 +33,18 @@ class GatewayMetrics:
         self.index_records = Counter(p + "index_records", "Records the background seqno indexer added to the index, by how: "
                                      "read_back (read from the partition) or own_writes (this gateway's acknowledged writes "
                                      "filled the range)", ["how"], registry=r)
-        self.write_sessions = Gauge(p + "write_sessions", "Open write sessions", registry=r)
-        self.read_sessions = Gauge(p + "read_sessions", "Open read sessions", registry=r)
-        self.in_flight = Gauge(p + "producer_in_flight", "Records handed to the producer and not yet acknowledged", registry=r)
+        self.forwarded = Counter(p + "forwarded_requests", "Requests for a session held by another gateway, forwarded there, by "
+                                 "the answer's status (or unreachable)", ["status"], registry=r)
+        self.write_sessions = Gauge(p + "write_sessions", "Open write sessions", multiprocess_mode="livesum", registry=r)
+        self.read_sessions = Gauge(p + "read_sessions", "Open read sessions", multiprocess_mode="livesum", registry=r)
+        self.in_flight = Gauge(p + "producer_in_flight", "Records handed to the producer and not yet acknowledged",
+                              multiprocess_mode="livesum", registry=r)
+
+    def collected(self) -> CollectorRegistry:
+        """What /metrics serves: this process's registry, or every worker's values in multiprocess mode."""
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, directory)
+        return registry

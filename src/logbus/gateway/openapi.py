@@ -20,7 +20,7 @@ def _errors(*codes: int) -> dict:
              409: "conflict: exists already, fenced by a newer session, or wrong transaction state",
              410: "that gateway process is gone", 413: "chunk or body too large",
              422: "a field is missing or has a wrong type or value",
-             503: "not written: the cluster, the store or a previous owner is unavailable; retry"}
+             503: "not written: the cluster, the store, a previous owner or the gateway holding the session is unavailable; retry"}
     return {str(c): {"description": words[c], "content": {"application/json": {"schema": _ref("Error")}}} for c in codes}
 
 
@@ -64,7 +64,7 @@ SCHEMAS = {
                     "file": S, "type": S, "origin": S, "txn": S, "data": S, "data_b64": S}),
     "Transaction": _obj({"txn_id": S, "topic": S, "state": {"type": "string", "enum": ["open", "requested", "committed", "aborted"]},
                          "chunks": I, "bytes": I, "partition": I, "first_offset": I, "last_offset": I, "commit_offset": I}),
-    "Push": _obj({"push_id": S, "topic": S, "consumer": S, "url": S, "status": {"type": "object", "nullable": True}}),
+    "Push": _obj({"push_id": S, "topic": S, "consumer": S, "url": S, "gateway": S, "status": {"type": "object", "nullable": True}}),
 }
 
 

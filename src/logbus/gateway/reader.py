@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -197,7 +196,7 @@ class ReadSessions:
         old = self.by_consumer.get(key)
         if old in self.sessions:
             self.sessions.pop(old).closed = True
-        sid = secrets.token_urlsafe(18)
+        sid = gw.peers.session_id()
         self.sessions[sid] = ReadSession(sid, tenant, consumer, topic, physical, group, positions)
         self.by_consumer[key] = sid
         return {"session_id": sid, "consumer": consumer, "topic": topic.logical, "physical_topic": physical,

@@ -22,6 +22,7 @@ import logging
 import re
 import secrets
 import signal
+import socket
 import ssl
 import struct
 import time
@@ -39,6 +40,7 @@ from logbus.gateway.kafka import (ClusterHealth, GatewayProducer, PartitionScann
                                   make_sourceless_writer)
 from logbus.gateway.metrics import GatewayMetrics
 from logbus.gateway.openapi import openapi_document
+from logbus.gateway.peers import Peers
 from logbus.gateway.reader import PartitionReader, PushDelivery, ReadSessions, record_json
 from logbus.gateway.sessions import Chunk, OwnWrites, SessionManager
 from logbus.gateway.store import GatewayRecord, PushRecord, TopicRecord, open_store
@@ -71,8 +73,10 @@ def token_hash(token: str) -> str:
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, worker: int | None = None) -> None:
         self.config = config
+        self.worker = worker        # the index of this worker process (logbus.gateway.workers), None when alone
+        self.url = config.url       # where the other gateways reach this one
         self.gateway_id = config.id
         self.incarnation = secrets.token_hex(8)
         self.metrics = GatewayMetrics()
@@ -108,6 +112,7 @@ class Gateway:
         self.reader = PartitionReader(self)
         self.reads = ReadSessions(self)
         self.pushes = PushDelivery(self)
+        self.peers = Peers(self)
         self.admin_client = self.health.admin
         if cfg.tls:
             self.ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -115,20 +120,27 @@ class Gateway:
             # gateway-to-gateway calls: the peers' certificates are the deployment's own
             self.client_ssl = ssl.create_default_context(cafile=cfg.tls_cert)
         self.http = aiohttp.ClientSession()
+        runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        self.runner = runner
+        if self.worker is not None:
+            # Workers share the listen address; each also has a port of its own where the others reach it.
+            own = socket.create_server((cfg.listen_host, 0), reuse_port=False)
+            await web.SockSite(runner, own, ssl_context=self.ssl_context).start()
+            host = cfg.listen_host if cfg.listen_host not in ("", "0.0.0.0", "::") else socket.gethostname()
+            self.url = f"{'https' if cfg.tls else 'http'}://{host}:{own.getsockname()[1]}"
         now_ms = int(time.time() * 1000)
         t0 = time.monotonic()
-        await self.run_store(self.store.register_gateway, GatewayRecord(self.gateway_id, self.incarnation, cfg.url, now_ms))
+        await self.run_store(self.store.register_gateway, GatewayRecord(self.gateway_id, self.incarnation, self.url, now_ms))
         self.lease_ok_until = t0 + cfg.lease_ms / 2000
-        app = self.make_app()
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port, ssl_context=self.ssl_context, reuse_address=True)
+        await self.peers.refresh()
+        site = web.TCPSite(runner, cfg.listen_host, cfg.listen_port, ssl_context=self.ssl_context, reuse_address=True,
+                           reuse_port=self.worker is not None)
         await site.start()
-        self.runner = runner
         for coro in (self._heartbeat_loop(), self._health_loop(), self._index_loop(), self._expiry_loop(), self._push_loop()):
             self._tasks.append(asyncio.ensure_future(coro))
-        log.info("gateway %s (incarnation %s) listening on %s, writing to %s as %s", self.gateway_id, self.incarnation,
-                 cfg.url, cfg.bootstrap_servers, cfg.dc)
+        log.info("gateway %s (incarnation %s) listening on %s (own address %s), writing to %s as %s", self.gateway_id,
+                 self.incarnation, cfg.url, self.url, cfg.bootstrap_servers, cfg.dc)
         return runner
 
     async def stop(self) -> None:
@@ -187,10 +199,15 @@ class Gateway:
             else:
                 log.error("this gateway's registration was replaced by another process; refusing writes")
                 self.lease_ok_until = 0.0
+            try:
+                await self.peers.refresh()
+            except Exception as e:  # noqa: BLE001
+                log.warning("reading the other gateways failed: %s", e)
 
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.metadata_interval_ms / 1000)
+            self.update_gauges()
             topics = self.sessions.active_topics()
             if not topics:
                 continue
@@ -200,7 +217,12 @@ class Gateway:
                 log.warning("partition health check failed: %s", e)
                 continue
             self.sessions.check_partitions()
-            self.metrics.in_flight.set(self.producer.in_flight())
+
+    def update_gauges(self) -> None:
+        m = self.metrics
+        m.write_sessions.set(len(self.sessions.sessions))
+        m.read_sessions.set(len(self.reads.sessions))
+        m.in_flight.set(self.producer.in_flight())
 
     async def _index_loop(self) -> None:
         while True:
@@ -247,7 +269,8 @@ class Gateway:
     async def _push_loop(self) -> None:
         while True:
             try:
-                recs = await self.run_store(self.store.pushes)
+                # Each subscription runs on one live gateway: its rendezvous owner.
+                recs = [r for r in await self.run_store(self.store.pushes) if self.peers.owns(r.push_id)]
                 ids = {r.push_id for r in recs}
                 for r in recs:
                     self.pushes.start(r)
@@ -359,6 +382,10 @@ class Gateway:
             resp = web.json_response({"error": "internal", "message": f"{type(e).__name__}: {e}"}, status=500)
         self.metrics.http.labels(route, request.method, str(resp.status)).inc()
         return resp
+
+
+# Marks a request one gateway forwarded to the gateway holding its session (the value: the forwarder's id).
+FORWARDED_BY = "X-Logbus-Forwarded-By"
 
 
 def dumps_json(obj: Any) -> str:
@@ -501,11 +528,8 @@ class Handlers:
                                   "dc": self.cfg.dc, "writable": not self.gw.closing and time.monotonic() < self.gw.lease_ok_until})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        m = self.gw.metrics
-        m.write_sessions.set(len(self.gw.sessions.sessions))
-        m.read_sessions.set(len(self.gw.reads.sessions))
-        m.in_flight.set(self.gw.producer.in_flight())
-        return web.Response(body=generate_latest(m.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        self.gw.update_gauges()
+        return web.Response(body=generate_latest(self.gw.metrics.collected()), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(openapi_document(self.cfg))
@@ -634,8 +658,36 @@ class Handlers:
         res = await self.gw.sessions.open(rec.tenant, rec, source, host, file, type_)
         return web.json_response(res, status=201)
 
+    async def _held_elsewhere(self, request: web.Request, local: dict) -> web.Response | None:
+        """For a session id naming a session that lives on another live gateway (behind a load balancer, or on
+        another worker of this one): that gateway's answer to the same request, which checks the token again.
+        None when it is this gateway's to answer. A forwarded request is never forwarded again."""
+        gw = self.gw
+        sid = request.match_info["session_id"]
+        if sid in local or FORWARDED_BY in request.headers:
+            return None
+        peer = await gw.peers.holder_of(sid)
+        if peer is None:
+            return None
+        headers = {k: request.headers[k] for k in ("Authorization", "Content-Type") if k in request.headers}
+        headers[FORWARDED_BY] = gw.gateway_id
+        body = await request.read() if request.can_read_body else None
+        timeout = aiohttp.ClientTimeout(total=self.cfg.read_max_wait_ms / 1000 + self.cfg.delivery_timeout_ms / 1000 + 30)
+        try:
+            async with gw.http.request(request.method, peer.url + request.rel_url.path_qs, data=body, headers=headers,
+                                       ssl=gw.client_ssl, timeout=timeout) as resp:
+                data = await resp.read()
+                gw.metrics.forwarded.labels(str(resp.status)).inc()
+                return web.Response(body=data, status=resp.status, content_type=resp.content_type)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            gw.metrics.forwarded.labels("unreachable").inc()
+            raise GatewayError(503, "holder_unreachable", f"the session lives on gateway {peer.gateway_id}, which cannot "
+                                                          f"be reached ({type(e).__name__}); open a new session") from None
+
     async def write(self, request: web.Request) -> web.Response:
         who = await self.gw.principal(request)
+        if (elsewhere := await self._held_elsewhere(request, self.gw.sessions.sessions)) is not None:
+            return elsewhere
         sess = self.gw.sessions.session(request.match_info["session_id"], who.scope)
         try:
             body = orjson.loads(await request.read())
@@ -647,6 +699,8 @@ class Handlers:
 
     async def close_session(self, request: web.Request) -> web.Response:
         who = await self.gw.principal(request)
+        if (elsewhere := await self._held_elsewhere(request, self.gw.sessions.sessions)) is not None:
+            return elsewhere
         sess = self.gw.sessions.session(request.match_info["session_id"], who.scope)
         self.gw.sessions.close(sess.session_id)
         return web.json_response({"closed": True})
@@ -840,6 +894,8 @@ class Handlers:
     async def read_session_records(self, request: web.Request) -> web.Response:
         gw = self.gw
         who = await gw.principal(request)
+        if (elsewhere := await self._held_elsewhere(request, gw.reads.sessions)) is not None:
+            return elsewhere
         rs = gw.reads.get(request.match_info["session_id"], who.scope)
         max_bytes = _qint(request, "max_bytes", 1024 * 1024, 1, self.cfg.read_max_bytes)
         wait_ms = _qint(request, "wait_ms", 0, 0, self.cfg.read_max_wait_ms)
@@ -849,6 +905,8 @@ class Handlers:
     async def read_session_commit(self, request: web.Request) -> web.Response:
         gw = self.gw
         who = await gw.principal(request)
+        if (elsewhere := await self._held_elsewhere(request, gw.reads.sessions)) is not None:
+            return elsewhere
         rs = gw.reads.get(request.match_info["session_id"], who.scope)
         body = await read_json(request) if request.can_read_body else {}
         offsets = body.get("offsets")
@@ -863,6 +921,8 @@ class Handlers:
 
     async def close_read_session(self, request: web.Request) -> web.Response:
         who = await self.gw.principal(request)
+        if (elsewhere := await self._held_elsewhere(request, self.gw.reads.sessions)) is not None:
+            return elsewhere
         rs = self.gw.reads.get(request.match_info["session_id"], who.scope)
         self.gw.reads.close(rs.session_id)
         return web.json_response({"closed": True})
@@ -920,12 +980,13 @@ def _topic_json(r: TopicRecord) -> dict:
 
 
 def _push_json(r: PushRecord, gw: Gateway) -> dict:
+    """`gateway`: the gateway that runs the subscription; `status` is known on that gateway only (else null)."""
     return {"push_id": r.push_id, "topic": r.topic, "consumer": r.consumer, "url": r.url,
-            "status": gw.pushes.status.get(r.push_id)}
+            "gateway": gw.peers.owner(r.push_id), "status": gw.pushes.status.get(r.push_id)}
 
 
-async def run_gateway(config: GatewayConfig) -> None:
-    gw = Gateway(config)
+async def run_gateway(config: GatewayConfig, worker: int | None = None) -> None:
+    gw = Gateway(config, worker)
     await gw.start()
     # Every chunk allocates a handful of short-lived objects, none of them in reference cycles: with the default
     # thresholds the cyclic collector ran every few hundred chunks and walked everything alive. What start-up
@@ -936,7 +997,10 @@ async def run_gateway(config: GatewayConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"logbus gateway listening on {config.url}", flush=True)
+    if worker is None:
+        print(f"logbus gateway listening on {config.url}", flush=True)
+    else:
+        print(f"logbus gateway worker {worker} listening on {config.url} and {gw.url}", flush=True)
     await stop.wait()
     log.info("shutting down")
     await gw.stop()

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -262,7 +261,7 @@ class SessionManager:
                 gw.metrics.session_opens.labels("recovered").inc()
             if self.fence.get(key, 0) != generation:
                 raise GatewayError(409, "fenced", f"a newer session for source {source!r} was opened while this one was opening")
-            sid = secrets.token_urlsafe(18)
+            sid = gw.peers.session_id()
             self.sessions[sid] = Session(sid, tenant, topic, source, generation, host.encode(), file.encode(), type_.encode())
             gw.metrics.session_open_seconds.observe(time.monotonic() - t0)
             return {"session_id": sid, "topic": topic.logical, "physical_topic": topic.physical, "source_id": source,
