@@ -1,12 +1,14 @@
-"""What only the ZooKeeper gateway store has: its URL, its node layout, the index's size bound, and a bounded, clear
+"""What only the ZooKeeper gateway store has: its URL, its node layout, the index's buckets and their size bound, and a bounded, clear
 failure when the ensemble cannot be reached. The shared behaviour is in test_gateway_store_contract.py."""
 
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 import uuid
+import zlib
 
 import pytest
 from kazoo.client import KazooClient
@@ -14,7 +16,7 @@ from zkserver import ZooKeeperServer, zookeeper  # noqa: F401 - the fixture
 
 from logbus.cluster.zk_store import MetadataStoreUnavailableError
 from logbus.gateway.store import open_store
-from logbus.gateway.zk_store import INDEX_MAX_BYTES, IndexTooLargeError, ZooKeeperGatewayStore
+from logbus.gateway.zk_store import INDEX_BUCKETS, INDEX_MAX_BYTES, IndexTooLargeError, ZooKeeperGatewayStore
 
 TOPIC = "dc1.acme.logs.web"
 
@@ -55,6 +57,8 @@ def test_every_name_is_one_znode(zookeeper, chroot):  # noqa: F811
         assert raw.get_children(f"{root}/owners/{TOPIC}") == ["host-1%2Fvar%2Flog%2Fapp.log"]
         assert sorted(raw.get_children(f"{root}/pins/{TOPIC}")) == ["%2E%2E", "%D0%B6%D1%83%D1%80%D0%BD%D0%B0%D0%BB%201"]
         assert raw.get_children(f"{root}/index/{TOPIC}") == ["2"]
+        bucket = zlib.crc32(b"host-1/var/log/app.log") % INDEX_BUCKETS
+        assert raw.get_children(f"{root}/index/{TOPIC}/2") == [str(bucket)]
         assert s.pin_counts(TOPIC) == {0: 1, 1: 1}
     finally:
         raw.stop()
@@ -62,15 +66,32 @@ def test_every_name_is_one_znode(zookeeper, chroot):  # noqa: F811
         s.close()
 
 
-def test_an_index_over_the_znode_limit_is_refused_clearly(zookeeper, chroot):  # noqa: F811
+def test_a_partition_index_holds_more_sources_than_one_znode_could(zookeeper, chroot):  # noqa: F811
+    s = ZooKeeperGatewayStore(zookeeper, chroot)
+    try:
+        # random 32-hex-digit source ids compress to over 20 bytes each: 100,000 of them are 2 MB, twice a znode
+        sources = {os.urandom(16).hex(): (i + 1, i) for i in range(100_000)}
+        s.save_index(TOPIC, 0, 100_000, sources)
+        assert s.index_position(TOPIC, 0) == 100_000
+        for source in random.Random(1).sample(sorted(sources), 200):
+            assert s.index_lookup(TOPIC, 0, source) == (100_000, sources[source])
+    finally:
+        s.close()
+
+
+def test_an_index_bucket_over_the_znode_limit_is_refused_clearly(zookeeper, chroot):  # noqa: F811
     s = ZooKeeperGatewayStore(zookeeper, chroot)
     try:
         s.save_index(TOPIC, 0, 10, {"a": (1, 5)})
-        # random 32-hex-digit source ids compress to over 20 bytes each: 50,000 of them do not fit
-        too_many = {os.urandom(16).hex(): (1, i) for i in range(INDEX_MAX_BYTES // 20)}
+        # 50,000 random source ids that all hash to one bucket do not fit in its znode
+        one_bucket: dict[str, tuple[int, int]] = {}
+        while len(one_bucket) < INDEX_MAX_BYTES // 20:
+            source = os.urandom(16).hex()
+            if zlib.crc32(source.encode()) % INDEX_BUCKETS == 0:
+                one_bucket[source] = (1, len(one_bucket))
         with pytest.raises(IndexTooLargeError, match=r"dc1\.acme\.logs\.web\[0\]"):
-            s.save_index(TOPIC, 0, 20, too_many)
-        assert s.index_lookup(TOPIC, 0, "a") == (10, (1, 5))  # unchanged
+            s.save_index(TOPIC, 0, 20, one_bucket)
+        assert s.index_lookup(TOPIC, 0, "a") == (10, (1, 5))  # the position did not move
     finally:
         s.close()
 

@@ -9,7 +9,8 @@ Layout under the chroot (next to the cluster's nodes when brokers and gateways s
     /gateway/gateways/{gateway id}               {"incarnation", "url", "heartbeat_ms"}
     /gateway/owners/{physical topic}/{source}    {"generation", "gateway_id", "incarnation"}
     /gateway/pins/{physical topic}/{source}      {"partition", "pin_generation", "base_seqno"}
-    /gateway/index/{physical topic}/{partition}  zlib of {"position": P, "entries": {source: [seqno, offset]}}
+    /gateway/index/{physical topic}/{partition}      {"position": P}
+    /gateway/index/{physical topic}/{partition}/{k}  zlib of {source: [seqno, offset]}, k = crc32(source) % 32
     /gateway/pushes/{push id}                    the PushRecord
 
 Values are JSON. Every name in a path is percent-encoded UTF-8 (`/`, `%`, spaces, anything outside
@@ -19,14 +20,16 @@ one znode name; listings decode them.
 Every decision is a compare-and-set on znode versions: `take_ownership` rewrites the owner node with the
 version it read (or creates it), so of two gateways taking a source at once each gets its own generation
 and the later write is the owner; `repin` is one transaction that checks the owner node's version and
-rewrites the pin node with the version it read; `save_index` merges into the index node the same way. A
-lost race reads again and retries.
+rewrites the pin node with the version it read; `save_index` merges into each index bucket the same way,
+then raises the position. A lost race reads again and retries.
 
-One index node holds a partition's whole index, so a lookup reads position and entry together. It is
-bounded by ZooKeeper's znode limit (jute.maxbuffer, 1 MB by default): about 30 bytes per source
-compressed with 32-hex-digit source ids, 14 with ids like `host-17/var/log/app.log`, so some 30,000 sources
-per partition. A save that would pass INDEX_MAX_BYTES raises IndexTooLargeError instead of sending a
-request the server would answer by closing the connection.
+A partition's index is a position node and 32 bucket nodes: a lookup reads the position, then the source's
+bucket, and a save writes the buckets before the position, so the bucket read holds every entry below the
+position read. Each bucket is bounded by ZooKeeper's znode limit (jute.maxbuffer, 1 MB by default): about 30
+bytes per source compressed with 32-hex-digit source ids, 14 with ids like `host-17/var/log/app.log`, so some
+30,000 sources per bucket, about a million per partition. A save that would make a bucket pass
+INDEX_MAX_BYTES raises IndexTooLargeError instead of sending a request the server would answer by closing the
+connection.
 
 Connection loss: as the cluster store (logbus.cluster.zk_store): kazoo reconnects by itself, a request
 waits at most `max(2 s, session timeout)` for its answer, an operation is retried for up to `max(10 s,
@@ -55,10 +58,12 @@ T = TypeVar("T")
 
 # ZooKeeper refuses requests over jute.maxbuffer (1 MB by default); leave room for the path and the header.
 INDEX_MAX_BYTES = 1_000_000
+# A partition's seqno index is spread over this many nodes by a hash of the source id.
+INDEX_BUCKETS = 32
 
 
 class IndexTooLargeError(ValueError):
-    """A partition's seqno index would not fit in one znode."""
+    """A node of a partition's seqno index would not fit in one znode."""
 
 
 def _seg(name: str) -> str:
@@ -347,54 +352,86 @@ class ZooKeeperGatewayStore(GatewayStore):
         return self._call(op)
 
     # --- seqno index ------------------------------------------------------------------------------------------
-    def _index(self, topic: str, partition: int) -> tuple[int | None, dict[str, list[int]]]:
-        data = self._call(self._get, self._p("index", topic, str(partition)))
-        if data is None:
-            return None, {}
-        d = json.loads(zlib.decompress(data))
-        return d["position"], d["entries"]
+    def _index_paths(self, topic: str, partition: int, source: str) -> tuple[str, str]:
+        head = self._p("index", topic, str(partition))
+        return head, f"{head}/{zlib.crc32(source.encode()) % INDEX_BUCKETS}"
+
+    def _position(self, head: str) -> int | None:
+        data = self._call(self._get, head)
+        return json.loads(data)["position"] if data else None   # empty: made as a bucket's parent, no save yet
+
+    def _bucket(self, path: str) -> dict[str, list[int]]:
+        data = self._call(self._get, path)
+        return json.loads(zlib.decompress(data)) if data else {}
 
     def index_position(self, topic: str, partition: int) -> int | None:
-        return self._index(topic, partition)[0]
+        return self._position(self._p("index", topic, str(partition)))
 
     def index_entry(self, topic: str, partition: int, source: str) -> tuple[int, int] | None:
-        entry = self._index(topic, partition)[1].get(source)
+        entry = self._bucket(self._index_paths(topic, partition, source)[1]).get(source)
         return (entry[0], entry[1]) if entry else None
 
     def index_lookup(self, topic: str, partition: int, source: str) -> tuple[int, tuple[int, int] | None]:
-        position, entries = self._index(topic, partition)  # one node: position and entry are read together
-        entry = entries.get(source)
+        head, bucket = self._index_paths(topic, partition, source)
+        # The position first: a save writes its buckets before it raises the position, so the bucket read after
+        # it holds every entry below that position.
+        position = self._position(head)
+        entry = self._bucket(bucket).get(source)
         return position or 0, ((entry[0], entry[1]) if entry else None)
 
     def save_index(self, topic: str, partition: int, position: int, entries: dict[str, tuple[int, int]]) -> None:
-        """Merges into the stored index: per source the higher seqno wins, the position only grows. Applying
-        it twice gives the same index, so a retry after a lost answer is harmless."""
-        path = self._p("index", topic, str(partition))
+        """Merges into the stored index: per source the higher seqno wins (bucket by bucket, each a compare-and-set),
+        then the position grows to `position`. Applying it twice gives the same index, so a retry after a lost
+        answer is harmless; a save cut short leaves entries above the position, which are true and so harmless."""
+        by_bucket: dict[str, dict[str, tuple[int, int]]] = {}
+        head = self._p("index", topic, str(partition))
+        for source, entry in entries.items():
+            by_bucket.setdefault(self._index_paths(topic, partition, source)[1], {})[source] = entry
+        for path, part in sorted(by_bucket.items()):
+            self._cas(lambda path=path, part=part: self._merge_bucket(path, part, f"{topic}[{partition}]"))
 
-        def op() -> None:
+        def raise_position() -> None:
             try:
-                data, stat = self._z.get(path)
-                d = json.loads(zlib.decompress(data))
+                data, stat = self._z.get(head)
                 version = stat.version
+                if data and json.loads(data)["position"] >= position:
+                    return
             except NoNodeError:
-                d, version = {"position": position, "entries": {}}, None
-            merged = d["entries"]
-            for source, (seqno, offset) in entries.items():
-                if source not in merged or seqno > merged[source][0]:
-                    merged[source] = [seqno, offset]
-            blob = zlib.compress(_json({"position": max(d["position"], position), "entries": merged}))
-            if len(blob) > INDEX_MAX_BYTES:
-                raise IndexTooLargeError(f"the seqno index of {topic}[{partition}] would be {len(blob)} bytes "
-                                         f"({len(merged)} sources), over ZooKeeper's limit of {INDEX_MAX_BYTES}")
+                version = None
             try:
                 if version is None:
-                    self._create(path, blob)
+                    self._create(head, _json({"position": position}))
                 else:
-                    self._z.set(path, blob, version=version)
+                    self._z.set(head, _json({"position": position}), version=version)
             except (NodeExistsError, BadVersionError):
                 raise _Retry from None
 
-        self._cas(op)
+        self._cas(raise_position)
+
+    def _merge_bucket(self, path: str, entries: dict[str, tuple[int, int]], name: str) -> None:
+        try:
+            data, stat = self._z.get(path)
+            merged, version = json.loads(zlib.decompress(data)), stat.version
+        except NoNodeError:
+            merged, version = {}, None
+        changed = False
+        for source, (seqno, offset) in entries.items():
+            if source not in merged or seqno > merged[source][0]:
+                merged[source] = [seqno, offset]
+                changed = True
+        if not changed:
+            return
+        blob = zlib.compress(_json(merged))
+        if len(blob) > INDEX_MAX_BYTES:
+            raise IndexTooLargeError(f"one of the {INDEX_BUCKETS} seqno index nodes of {name} would be {len(blob)} bytes "
+                                     f"({len(merged)} sources), over ZooKeeper's limit of {INDEX_MAX_BYTES}")
+        try:
+            if version is None:
+                self._create(path, blob)
+            else:
+                self._z.set(path, blob, version=version)
+        except (NodeExistsError, BadVersionError):
+            raise _Retry from None
 
     # --- push subscriptions ----------------------------------------------------------------------------------
     def create_push(self, rec: PushRecord) -> bool:
