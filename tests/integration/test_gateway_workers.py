@@ -192,3 +192,36 @@ def test_a_sigkilled_worker_is_started_again_and_writes_stay_exactly_once(broker
     assert problems == {}, dict(list(problems.items())[:5])
     assert len(records) == sources * chunks
     assert "exited with -9" in gw.log()
+
+
+def test_a_partition_both_workers_write_is_read_back_for_the_index_once(broker, gateway_factory):
+    gw = gateway_factory(broker.bootstrap, settings=FAST)
+    _wait_for_both_workers(gw)
+
+    async def setup():
+        async with aiohttp.ClientSession() as http:
+            return await Api(http, gw.url).setup_topic("acme", "logs", "app", partitions=1)
+    token = run(setup())
+    sources, chunks = 12, 1500
+    stats = run(run_load([gw.url], token, TOPIC, sources, chunks, disconnect_p=0.0, pace_s=0.01, timeout=120))
+    assert stats.done_sources == sources
+    total = sources * chunks
+    store = SqliteGatewayStore(gw.data_dir / "gateway.db")
+    try:
+        deadline = time.monotonic() + 30
+        while (store.index_position(PHYS, 0) or 0) < total:
+            assert time.monotonic() < deadline, f"the index stayed at {store.index_position(PHYS, 0)} of {total}"
+            time.sleep(0.2)
+    finally:
+        store.close()
+    metrics = run(_get(gw.url + "/metrics"))
+    read_back = _metric(metrics, "logbus_gateway_index_records_total", 'how="read_back"')
+    # both workers wrote the partition, so their own acknowledgements never filled it: it was read back, and by
+    # one of them (each worker alone would have read all of it, twice the records in all)
+    assert 0 < read_back <= total, f"{read_back} records read back for an index of {total}"
+
+
+async def _get(url: str) -> str:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url) as r:
+            return await r.text()

@@ -225,12 +225,13 @@ class Gateway:
         m.in_flight.set(self.producer.in_flight())
 
     async def _index_loop(self) -> None:
+        watch: dict[tuple[str, int], list[int]] = {}   # see index_partition
         while True:
             await asyncio.sleep(self.config.index_interval_ms / 1000)
             todo, self.sessions.own_writes = self.sessions.own_writes, {}
-            for (topic, p), own in sorted(todo.items()):
+            for topic, p in sorted(set(todo) | set(watch)):
                 try:
-                    await self.index_partition(topic, p, own)
+                    await self.index_partition(topic, p, todo.get((topic, p)), watch)
                 except Exception as e:  # noqa: BLE001
                     log.warning("indexing %s[%d] failed: %s", topic, p, e)
                     self.sessions.own_writes.setdefault((topic, p), OwnWrites())   # the next run reads it back
@@ -238,9 +239,16 @@ class Gateway:
     def index_lock(self, topic: str, partition: int) -> asyncio.Lock:
         return self._index_locks.setdefault((topic, partition), asyncio.Lock())
 
-    async def index_partition(self, topic: str, p: int, own: OwnWrites | None = None) -> int:
+    async def index_partition(self, topic: str, p: int, own: OwnWrites | None = None,
+                              watch: dict[tuple[str, int], list[int]] | None = None) -> int:
         """Bring the seqno index of a partition up to its high watermark, reading only what is past the position;
-        when this gateway's own acknowledged writes fill everything past the position, from those alone."""
+        when this gateway's own acknowledged writes fill everything past the position, from those alone.
+
+        When other gateways write the partition too (workers, or gateways behind one load balancer), only its
+        rendezvous owner among the live gateways reads it back; with `watch` (the index loop's), any other gateway
+        only watches the position: `watch[(topic, p)]` = [highest offset it wrote, position seen, runs without
+        progress]. It is done once the position passes its writes, and reads back itself after two runs without
+        progress (the owner may not write the partition, or may be gone)."""
         async with self.index_lock(topic, p):
             pos = await self.run_store(self.store.index_position, topic, p) or 0
             end = own.covered_end(pos) if own is not None else None
@@ -248,6 +256,18 @@ class Gateway:
                 await self.run_store(self.store.save_index, topic, p, end, own.entries)
                 self.metrics.index_records.labels("own_writes").inc(end - pos)
                 return end - pos
+            if watch is not None and not self.peers.owns(f"index {topic}/{p}"):
+                w = watch.setdefault((topic, p), [-1, -1, 0])
+                if own is not None and own.offsets:
+                    w[0] = max(w[0], own.offsets[-1])
+                w[1], w[2] = pos, (0 if pos > w[1] else w[2] + 1)
+                if pos > w[0]:
+                    del watch[(topic, p)]       # indexed past everything this gateway wrote
+                    return 0
+                if w[2] < 2:
+                    return 0
+            if watch is not None:
+                watch.pop((topic, p), None)
             low, high = await self.run_blocking(self.scanner.watermarks, topic, p)
             start = max(pos, low)
             if high <= start:
