@@ -106,6 +106,7 @@ async def gateway_sessions(urls: list[str], token: str, topic: str, sources: int
     opened_all = asyncio.Event()
     ready = [0]
     open_times: list[float] = []
+    holders: list[str] = []
     run_id = time.monotonic_ns()
 
     async def one(i: int, http: aiohttp.ClientSession) -> None:
@@ -115,6 +116,7 @@ async def gateway_sessions(urls: list[str], token: str, topic: str, sources: int
             opened = await ws.receive_json(timeout=120)
             open_times.append(time.monotonic() - t0)
             assert opened["type"] == "session", opened
+            holders.append(opened["session_id"].rsplit(".", 1)[1])   # the tag of the gateway process holding it
             ready[0] += 1
             if ready[0] == sources:
                 opened_all.set()
@@ -143,8 +145,9 @@ async def gateway_sessions(urls: list[str], token: str, topic: str, sources: int
         cpu["gateway_cpu_us_per_chunk"] = sum(v for k, v in cpu.items() if k.startswith("gateway"))
     n = counted[0]
     open_times.sort()
+    split = sorted((holders.count(t) for t in set(holders)), reverse=True)
     return {"chunks": n, "seconds": took, "chunks_per_s": n / took, "mb_per_s": n * CHUNK / took / 1e6, **cpu,
-            "concurrent_opens_p50_s": statistics.median(open_times), "concurrent_opens_max_s": open_times[-1]}
+            "sessions_per_process": split, "concurrent_opens_p50_s": statistics.median(open_times), "concurrent_opens_max_s": open_times[-1]}
 
 
 def fill_partition(bootstrap: str, topic: str, gib: float, sources: int = 1000) -> dict:
@@ -251,7 +254,8 @@ def main() -> int:
                                "ratio": round(g["chunks_per_s"] / d["chunks_per_s"], 3)})
                 if not args.json:
                     print(f"round {r + 1}: direct {d['chunks_per_s']:9.0f} chunks/s, gateway {g['chunks_per_s']:9.0f} chunks/s "
-                          f"(×{g['chunks_per_s'] / d['chunks_per_s']:.2f}); gateway CPU {g['gateway_cpu_us_per_chunk']:.1f} µs/chunk",
+                          f"(×{g['chunks_per_s'] / d['chunks_per_s']:.2f}); gateway CPU {g['gateway_cpu_us_per_chunk']:.1f} µs/chunk; "
+                          f"sessions per gateway process {'/'.join(map(str, g['sessions_per_process']))}",
                           flush=True)
                 if "direct" not in out or d["chunks_per_s"] > out["direct"]["chunks_per_s"]:
                     out["direct"] = d

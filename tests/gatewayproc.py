@@ -135,6 +135,20 @@ class Api:
         return token
 
 
+async def http_endpoint(path: str, handler):
+    """A small HTTP server on a free loopback port that answers POST `path` with `handler` (a push target);
+    returns (runner, url). Stop it with `await runner.cleanup()`."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}{path}"
+
+
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list:
     """Every record of every partition up to the high watermarks: (partition, offset, headers dict, value)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition

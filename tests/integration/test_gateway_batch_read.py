@@ -9,7 +9,7 @@ import time
 import aiohttp
 from aiohttp import web
 from confluent_kafka import Consumer, TopicPartition
-from gatewayproc import Api, gateway_factory, read_topic, run  # noqa: F401  (fixture)
+from gatewayproc import Api, gateway_factory, http_endpoint, read_topic, run  # noqa: F401  (fixture)
 
 TOPIC = "acme/batch/events"
 PHYS = "dc1.acme.batch.events"
@@ -157,20 +157,14 @@ def test_push_delivery_retries_with_backoff_and_sourceless_writes(broker, gatewa
         return web.json_response({"ok": True})
 
     async def scenario():
-        app = web.Application()
-        app.router.add_post("/hook", endpoint)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        runner, hook = await http_endpoint("/hook", endpoint)
         try:
             async with aiohttp.ClientSession() as http:
                 token = await Api(http, gw.url).setup_topic("acme", "batch", "events", partitions=2)
                 api = Api(http, gw.url, token)
                 w = await api.ok("POST", "/v1/write", {"topic": TOPIC, "records": [{"data": f"free-{i}"} for i in range(6)], "host": "h9"})
                 assert [r["status"] for r in w["results"]] == ["written"] * 6
-                push = await api.ok("POST", "/v1/push", {"topic": TOPIC, "consumer": "hook", "url": f"http://127.0.0.1:{port}/hook"})
+                push = await api.ok("POST", "/v1/push", {"topic": TOPIC, "consumer": "hook", "url": hook})
                 deadline = time.monotonic() + 30
                 while sum(len(b["records"]) for b in received) < 6:
                     assert time.monotonic() < deadline, f"push delivered {received}"

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from gatewayload import check_exactly_once, run_load
-from gatewayproc import Api, gateway_factory, read_topic, run  # noqa: F401  (fixture)
+from gatewayproc import Api, gateway_factory, http_endpoint, read_topic, run  # noqa: F401  (fixture)
 
 from logbus.gateway.store import SqliteGatewayStore
 
@@ -43,6 +43,17 @@ def _wait_for_both_workers(gw) -> list:
         time.sleep(0.2)
     time.sleep(1.5)  # one more refresh: each worker now knows the other
     return _registered(gw)
+
+
+def _started(gateway_factory, broker, partitions: int):
+    """A gateway of two workers that know each other, and a tenant token for TOPIC."""
+    gw = gateway_factory(broker.bootstrap, settings=FAST)
+    _wait_for_both_workers(gw)
+
+    async def setup():
+        async with aiohttp.ClientSession() as http:
+            return await Api(http, gw.url).setup_topic("acme", "logs", "app", partitions=partitions)
+    return gw, run(setup())
 
 
 def _metric(text: str, name: str, label: str = "") -> float:
@@ -120,18 +131,12 @@ def test_a_push_subscription_runs_on_one_worker(broker, gateway_factory):
         return web.json_response({"ok": True})
 
     async def scenario():
-        app = web.Application()
-        app.router.add_post("/hook", endpoint)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        runner, hook = await http_endpoint("/hook", endpoint)
         try:
             async with aiohttp.ClientSession() as http:
                 token = await Api(http, gw.url).setup_topic("acme", "logs", "app", partitions=2)
                 api = Api(http, gw.url, token)
-                push = await api.ok("POST", "/v1/push", {"topic": TOPIC, "consumer": "hook", "url": f"http://127.0.0.1:{port}/hook"})
+                push = await api.ok("POST", "/v1/push", {"topic": TOPIC, "consumer": "hook", "url": hook})
                 for k in range(5):
                     w = await api.ok("POST", "/v1/write", {"topic": TOPIC, "records": [{"data": f"r-{k}-{i}"} for i in range(20)]})
                     assert [r["status"] for r in w["results"]] == ["written"] * 20
@@ -158,13 +163,7 @@ def test_a_push_subscription_runs_on_one_worker(broker, gateway_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sigkilled_worker_is_started_again_and_writes_stay_exactly_once(broker, gateway_factory):
-    gw = gateway_factory(broker.bootstrap, settings=FAST)
-    _wait_for_both_workers(gw)
-
-    async def setup():
-        async with aiohttp.ClientSession() as http:
-            return await Api(http, gw.url).setup_topic("acme", "logs", "app", partitions=4)
-    token = run(setup())
+    gw, token = _started(gateway_factory, broker, partitions=4)
     sources, chunks = 40, 2000
     before = _workers(gw)
     killed: list[int] = []
@@ -195,13 +194,7 @@ def test_a_sigkilled_worker_is_started_again_and_writes_stay_exactly_once(broker
 
 
 def test_a_partition_both_workers_write_is_read_back_for_the_index_once(broker, gateway_factory):
-    gw = gateway_factory(broker.bootstrap, settings=FAST)
-    _wait_for_both_workers(gw)
-
-    async def setup():
-        async with aiohttp.ClientSession() as http:
-            return await Api(http, gw.url).setup_topic("acme", "logs", "app", partitions=1)
-    token = run(setup())
+    gw, token = _started(gateway_factory, broker, partitions=1)
     sources, chunks = 12, 1500
     stats = run(run_load([gw.url], token, TOPIC, sources, chunks, disconnect_p=0.0, pace_s=0.01, timeout=120))
     assert stats.done_sources == sources
