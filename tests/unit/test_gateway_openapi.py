@@ -41,9 +41,20 @@ def test_config_layers_and_validation(tmp_path):
     c = GatewayConfig.load(toml, env={"LOGBUS_GATEWAY_DC": "us2", "LOGBUS_GATEWAY_DELIVERY_TIMEOUT_MS": "9000"}, listen="127.0.0.1:1")
     assert (c.listen, c.dc, c.lease_ms, c.delivery_timeout_ms) == ("127.0.0.1:1", "us2", 40000, 9000)
     assert c.producer_config == {"batch.num.messages": 1000}
-    for bad in ({"nope": 1}, {"delivery_timeout_ms": 20000}, {"dc": "a.b"}, {"tls_cert": "x"}, {"listen": "nohost"}):
+    for bad in ({"nope": 1}, {"delivery_timeout_ms": 20000}, {"dc": "a.b"}, {"tls_cert": "x"}, {"listen": "nohost"},
+                {"workers": 0}):
         try:
             GatewayConfig.load(None, env={}, **bad)
         except ValueError:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_worker_is_a_gateway_of_its_own_that_shares_store_address_and_transactions(tmp_path):
+    c = GatewayConfig.load(None, env={"LOGBUS_GATEWAY_WORKERS": "3"}, data_dir=str(tmp_path / "gw"), gateway_id="edge-1")
+    assert c.workers == 3
+    w = c.for_worker(2)
+    assert (w.id, w.data_dir, w.workers) == ("edge-1-w2", tmp_path / "gw" / "worker-2", 1)
+    assert w.store_url == c.store_url == f"sqlite://{(tmp_path / 'gw').resolve() / 'gateway.db'}"
+    assert w.txn_root == c.txn_root == tmp_path / "gw" / "txn"
+    assert w.listen == c.listen

@@ -13,7 +13,7 @@ from logbus.settings import coerce_scalar, load_layered, split_address
 # name -> help text; the README's settings table says the same.
 GATEWAY_SETTINGS_DOC = {
     "listen": "host:port the HTTP API listens on.",
-    "advertised_url": "URL other gateways use to reach this one (the release call of fencing); default http(s)://listen.",
+    "advertised_url": "URL other gateways use to reach this one (release calls, forwarded session requests); default http(s)://listen. A worker advertises its own port instead.",
     "gateway_id": "Name of this gateway in the store; default: host name and a hash of the data directory. One process per id (the data directory is locked).",
     "data_dir": "Directory of the gateway's durable files: batch-transaction chunks, the SQLite store by default.",
     "txn_dir": "Directory of batch-transaction chunks; default `<data_dir>/txn`. The workers of a gateway share it, so any of them can go on with a transaction another one started.",
