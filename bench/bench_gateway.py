@@ -54,11 +54,6 @@ def cpu_s(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def worker_pids(pid: int) -> list[int]:
-    """The child processes of a gateway started with --workers (none for a single process)."""
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def headers(source: str, seqno: int) -> list:
     return [("lb.source", source.encode()), ("lb.seqno", str(seqno).encode()), ("lb.created", str(int(time.time() * 1000)).encode()),
             ("lb.host", b"bench-host"), ("lb.file", source.encode()), ("lb.type", b"bench"), ("lb.origin", b"dc1")]
@@ -247,7 +242,7 @@ def main() -> int:
             rounds = []
             for r in range(args.rounds):
                 d = direct_produce(broker.bootstrap, "dc1.bench.ns.direct", args.sources, args.chunks, 8, broker.proc.pid)
-                pids = {f"gateway{i}-{pid}": pid for i, g in enumerate(gws) for pid in [g.proc.pid, *worker_pids(g.proc.pid)]}
+                pids = {f"gateway{i}-{pid}": pid for i, g in enumerate(gws) for pid in [g.proc.pid, *g.worker_pids()]}
                 g = asyncio.run(gateway_sessions([g.url for g in gws], token, "bench/ns/sessions", args.sources, args.chunks,
                                                  {**pids, "broker": broker.proc.pid, "client": os.getpid()}))
                 rounds.append({"direct_chunks_per_s": round(d["chunks_per_s"]), "gateway_chunks_per_s": round(g["chunks_per_s"]),

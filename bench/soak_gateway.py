@@ -2,11 +2,13 @@
 
     python bench/soak_gateway.py                      # 200 sources x 10,000 chunks, 3 SIGKILLs of the gateway
     python bench/soak_gateway.py --gateways 2         # sources hop between two gateways (shared SQLite store)
+    python bench/soak_gateway.py --workers 2          # one gateway of two workers; each kill SIGKILLs a worker
     python bench/soak_gateway.py --sources 50 --chunks 2000 --kills 3 --json
 
 Many concurrent sources each open a WebSocket write session, send 100-byte chunks in pipelined batches, cut their
 connection at random (--disconnect-p per batch) and resume from the last seqno the gateway returns; the gateway
-(gateway A when there are two) is SIGKILLed --kills times at even steps of progress and restarted. At the end the
+(gateway A when there are two) is SIGKILLed --kills times at even steps of progress and restarted; with --workers,
+one of its workers is SIGKILLed each time and its supervisor starts it again. At the end the
 topic is read back: every (source, seqno) must be there exactly once and in seqno order per source; every open's
 last seqno must lie between the highest acknowledged and the highest sent seqno. Exits 0 only if all holds.
 The pass/fail test suite runs the same scenario at the same scale (tests/fault/test_gateway_exactly_once.py).
@@ -17,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 import tempfile
 import threading
@@ -49,6 +53,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--gateways", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--workers", type=int, default=1, help="worker processes of each gateway")
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--disconnect-p", type=float, default=0.01)
     ap.add_argument("--timeout", type=float, default=7200)
@@ -59,7 +64,8 @@ def main() -> int:
         root = Path(tmp)
         broker = BrokerProcess(root / "broker").start()
         store = f"sqlite://{root / 'gateway.db'}"
-        gws = [GatewayProcess(root / f"gw{i}", broker.bootstrap, store=store, gateway_id=f"gw-{i}").start()
+        gws = [GatewayProcess(root / f"gw{i}", broker.bootstrap, store=store, gateway_id=f"gw-{i}",
+                              settings={"workers": args.workers}).start()
                for i in range(args.gateways)]
         try:
             async def setup() -> str:
@@ -87,12 +93,19 @@ def main() -> int:
                     time.sleep(0.5)
                 if not t.is_alive():
                     break
-                gws[0].kill()
+                if args.workers > 1:
+                    victim = gws[0].worker_pids()[k % args.workers]
+                    os.kill(victim, signal.SIGKILL)   # the supervisor starts it again
+                else:
+                    victim = gws[0].proc.pid
+                    gws[0].kill()
                 kills.append(round(time.monotonic() - t0, 1))
                 if not args.json:
-                    print(f"SIGKILL {k} at {kills[-1]}s ({progress(broker.bootstrap, args.partitions)}/{total} records)", flush=True)
+                    print(f"SIGKILL {k} of pid {victim} at {kills[-1]}s ({progress(broker.bootstrap, args.partitions)}/{total} records)",
+                          flush=True)
                 time.sleep(0.3)
-                gws[0].start()
+                if args.workers == 1:
+                    gws[0].start()
             t.join(args.timeout)
             took = time.monotonic() - t0
             if "error" in result:

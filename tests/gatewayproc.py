@@ -41,6 +41,11 @@ class GatewayProcess(ServiceProcess):
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"gateway-{self.port}.log"
 
+    def worker_pids(self) -> list[int]:
+        """The worker processes of a gateway started with workers > 1 (none for a single process)."""
+        pid = self.proc.pid
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
     @property
     def url(self) -> str:
         scheme = "https" if "tls_cert" in self.settings else "http"

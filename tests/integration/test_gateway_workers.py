@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import time
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -22,10 +21,6 @@ TOPIC = "acme/logs/app"
 PHYS = "dc1.acme.logs.app"
 # a short lease makes the workers read each other's registrations every second
 FAST = {"workers": 2, "lease_ms": 6000, "delivery_timeout_ms": 2500, "index_interval_ms": 1000}
-
-
-def _workers(gw) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children").read_text().split()]
 
 
 def _registered(gw) -> list:
@@ -65,7 +60,7 @@ def test_workers_share_one_address_and_forward_sessions_they_do_not_hold(broker,
     gw = gateway_factory(broker.bootstrap, settings=FAST)
     workers = _wait_for_both_workers(gw)
     assert {w.gateway_id.rsplit("-", 1)[1] for w in workers} == {"w0", "w1"}
-    assert len(_workers(gw)) == 2
+    assert len(gw.worker_pids()) == 2
 
     async def fresh(token: str) -> tuple[aiohttp.ClientSession, Api]:
         # a new connection for every request: the kernel picks a worker each time
@@ -165,7 +160,7 @@ def test_a_push_subscription_runs_on_one_worker(broker, gateway_factory):
 def test_a_sigkilled_worker_is_started_again_and_writes_stay_exactly_once(broker, gateway_factory):
     gw, token = _started(gateway_factory, broker, partitions=4)
     sources, chunks = 40, 2000
-    before = _workers(gw)
+    before = gw.worker_pids()
     killed: list[int] = []
 
     async def scenario():
@@ -179,10 +174,10 @@ def test_a_sigkilled_worker_is_started_again_and_writes_stay_exactly_once(broker
 
     stats = run(scenario())
     deadline = time.monotonic() + 30
-    while len(_workers(gw)) < 2:
+    while len(gw.worker_pids()) < 2:
         assert time.monotonic() < deadline, "the supervisor did not start the worker again"
         time.sleep(0.2)
-    after = _workers(gw)
+    after = gw.worker_pids()
     assert killed[0] not in after and before[1] in after and gw.alive()
     assert stats.violations == [], stats.violations[:5]
     assert stats.done_sources == sources
