@@ -155,6 +155,31 @@ def test_a_push_subscription_runs_on_one_worker(broker, gateway_factory):
     assert len(received) == 100 and len(set(received)) == 100, "each record pushed once"
 
 
+def test_a_batch_transaction_goes_on_whichever_worker_gets_each_call(broker, gateway_factory):
+    gw, token = _started(gateway_factory, broker, partitions=2)
+
+    async def scenario():
+        # every call on a new connection, the stores all at once: the workers share the transaction directory,
+        # and its file lock numbers the chunks one by one
+        async def call(method, path, body=None):
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+                return await Api(http, gw.url, token).ok(method, path, body)
+        stored = await asyncio.gather(*(call("POST", "/v1/store", {"topic": TOPIC, "txn_id": "tx1", "data": f"chunk-{i}"})
+                                        for i in range(12)))
+        requested = await call("POST", "/v1/commit_request", {"txn_id": "tx1"})
+        committed = await call("POST", "/v1/commit", {"txn_id": "tx1"})
+        described = await call("GET", "/v1/transactions/tx1")
+        return stored, requested, committed, described
+
+    stored, requested, committed, described = run(scenario())
+    assert sorted(r["chunk"] for r in stored) == list(range(1, 13))
+    assert requested["chunks"] == 12 and committed["state"] == described["state"] == "committed"
+    records = read_topic(broker.bootstrap, PHYS)
+    data = [v for _, _, h, v in records if h.get("lb.txn") == "tx1" and "lb.commit" not in h]
+    assert sorted(data) == sorted(f"chunk-{i}".encode() for i in range(12))
+    assert sum(1 for _, _, h, _ in records if "lb.commit" in h) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sigkilled_worker_is_started_again_and_writes_stay_exactly_once(broker, gateway_factory):
