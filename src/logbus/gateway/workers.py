@@ -83,10 +83,13 @@ def run_workers(config: GatewayConfig, argv: list[str]) -> int:
                 code = w.proc.returncode
                 mark_process_dead(w.proc.pid, str(metrics_dir))
                 early = now - w.started < _EARLY_EXIT_S
-                w.delay = min(w.delay * 2, 30.0) if early else 1.0
+                if not early:
+                    w.delay = 1.0
                 w.restart_at = now + w.delay
                 print(f"logbus gateway: worker {w.index} (pid {w.proc.pid}) exited with {code}; "
                       f"starting it again in {w.delay:.0f} s", file=sys.stderr, flush=True)
+                if early:
+                    w.delay = min(w.delay * 2, 30.0)   # the next pause, should it die early again
                 w.proc = None
             elif w.proc is None and now >= w.restart_at:
                 start(w)
