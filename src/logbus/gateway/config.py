@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import socket
 from dataclasses import dataclass, field, replace
@@ -93,6 +94,18 @@ class GatewayConfig:
         if self.advertised_url:
             return self.advertised_url.rstrip("/")
         return f"{'https' if self.tls else 'http'}://{self.listen}"
+
+    def lock_data_dir(self):
+        """Creates the data directory and takes its lock (one process per directory, so per gateway id); returns
+        the open lock file, which holds the lock until it is closed or the process ends."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.data_dir / "gateway.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise RuntimeError(f"another gateway process uses {self.data_dir}") from None
+        return lock
 
     @property
     def txn_root(self) -> Path:

@@ -14,14 +14,11 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import secrets
 import time
 from typing import Any
 
 from logbus.gateway.store import GatewayRecord
-
-log = logging.getLogger("logbus.gateway.peers")
 
 
 def gateway_tag(gateway_id: str) -> str:

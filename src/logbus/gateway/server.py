@@ -12,7 +12,6 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures
-import fcntl
 import functools
 import gc
 import hashlib
@@ -94,12 +93,7 @@ class Gateway:
     # -- start and stop ---------------------------------------------------------------------------------------
     async def start(self) -> web.AppRunner:
         cfg = self.config
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(cfg.data_dir / "gateway.lock", "w")
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise RuntimeError(f"another gateway process uses {cfg.data_dir}") from None
+        self._lock_file = cfg.lock_data_dir()
         self.loop = asyncio.get_running_loop()
         self.store = open_store(cfg.store_url)
         self.producer = GatewayProducer(cfg.bootstrap_servers, cfg.delivery_timeout_ms, cfg.linger_ms, cfg.compression, cfg.producer_config)

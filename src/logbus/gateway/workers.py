@@ -17,7 +17,6 @@ nothing else:
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
 import shutil
 import signal
@@ -51,12 +50,10 @@ def _end_with_parent() -> None:
 def run_workers(config: GatewayConfig, argv: list[str]) -> int:
     """Start `config.workers` workers running `logbus <argv>`, keep them running until SIGTERM/SIGINT; returns the
     exit status."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(config.data_dir / "gateway.lock", "w")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)   # held until this process ends
-    except OSError:
-        print(f"logbus gateway: another gateway process uses {config.data_dir}", file=sys.stderr)
+        lock = config.lock_data_dir()   # noqa: F841 - held until this process ends
+    except RuntimeError as e:
+        print(f"logbus gateway: {e}", file=sys.stderr)
         return 1
     metrics_dir = config.data_dir.resolve() / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)   # counters start at zero with the gateway, as in one process
