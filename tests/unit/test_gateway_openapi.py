@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from logbus.gateway.config import GatewayConfig
 from logbus.gateway.openapi import openapi_document
 from logbus.gateway.server import Gateway
@@ -58,3 +60,14 @@ def test_a_worker_is_a_gateway_of_its_own_that_shares_store_address_and_transact
     assert w.store_url == c.store_url == f"sqlite://{(tmp_path / 'gw').resolve() / 'gateway.db'}"
     assert w.txn_root == c.txn_root == tmp_path / "gw" / "txn"
     assert w.listen == c.listen
+
+
+def test_one_process_per_data_directory(tmp_path):
+    c = GatewayConfig.load(None, env={}, data_dir=str(tmp_path / "gw"))
+    held = c.lock_data_dir()
+    try:
+        with pytest.raises(RuntimeError, match="another gateway process uses"):
+            c.lock_data_dir()
+    finally:
+        held.close()
+    c.lock_data_dir().close()   # free again once the holder closed it
